@@ -1,0 +1,30 @@
+"""``captioning`` command: sub-commands caption, evaluate, score."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("WANDB_MODE", "offline")
+
+from captioning.cli import caption, score  # noqa: E402
+
+SUBCOMMANDS = {"caption": caption, "score": score}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="captioning", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in SUBCOMMANDS.values():
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return SUBCOMMANDS[args.command].run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

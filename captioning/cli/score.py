@@ -1,0 +1,83 @@
+"""`captioning score`: the official COCO caption metrics for a results file, as a table and JSON.
+
+captioning score RESULTS.json --references captions_val2014.json [--tokenizer ptb|simple|none]
+                 [--metrics Bleu_4 CIDEr ...] [--out scores.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from captioning.metrics.coco import (
+    METRICS,
+    TOKENIZERS,
+    EvalReport,
+    evaluate_results,
+    load_coco_references,
+    load_results,
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``score`` sub-command (its handler is also set as ``func``)."""
+    parser = subparsers.add_parser(
+        "score",
+        help="BLEU/METEOR/ROUGE-L/CIDEr/SPICE of a COCO results file (0-1 scale)",
+        description="Score [{image_id, caption}] results against COCO caption annotations with the "
+        "official toolkit (pycocoevalcap). Only the images in the results file are scored, as in the "
+        "official demo. Scores are on the 0-1 scale.",
+    )
+    parser.add_argument("results", type=Path, help="results JSON: [{image_id, caption}, ...]")
+    parser.add_argument(
+        "--references", type=Path, required=True, help="COCO captions annotations, e.g. captions_val2014.json"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        choices=TOKENIZERS,
+        default="ptb",
+        help="ptb: the toolkit's Java PTB tokenizer (official numbers); simple: the training tokenizer; "
+        "none: captions are already tokenised (default: ptb)",
+    )
+    parser.add_argument("--metrics", nargs="+", choices=METRICS, default=list(METRICS), metavar="METRIC")
+    parser.add_argument("--out", type=Path, default=None, help="also write the scores to this JSON file")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def format_report(report: EvalReport, results: Path, references: Path) -> str:
+    """The human-readable table printed by ``captioning score``."""
+    lines = [
+        f"{results} vs {references}: {report.num_images} images, tokenizer={report.tokenizer}",
+        "metric      score (0-1 scale)",
+    ]
+    lines += [f"{name:<10}  {value:.4f}" for name, value in report.scores.items()]
+    if report.skipped:
+        lines.append("skipped:")
+        lines += [f"  {name:<8}  {reason}" for name, reason in report.skipped.items()]
+    lines.append("NLTK corpus_bleu cross-check on the same tokens (0-1 scale):")
+    for name, value in report.nltk_bleu.items():
+        toolkit = report.scores.get(name)
+        diff = f"  (pycocoevalcap {toolkit:.4f}, diff {value - toolkit:+.1e})" if toolkit is not None else ""
+        lines.append(f"  {name:<8}  {value:.4f}{diff}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Score ``args.results``; print the table, write ``args.out`` if given. Returns the exit status."""
+    try:
+        references = load_coco_references(args.references)
+        results = load_results(args.results, references)
+        report = evaluate_results(results, references, metrics=args.metrics, tokenizer=args.tokenizer)
+    except (FileNotFoundError, ValueError, RuntimeError) as err:
+        print(f"captioning score: error: {err}", file=sys.stderr)
+        return 2
+    print(format_report(report, args.results, args.references))
+    if args.out is not None:
+        payload = {**report.to_dict(), "results": str(args.results), "references": str(args.references)}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,87 @@
+"""Caption sources: indexable collections of (image, references), whatever the storage.
+
+A source gives ``len``, ``image(i)`` (a PIL RGB image), ``captions(i)`` and ``image_id(i)``. The data
+module builds the vocabulary and the train/val datasets on top of any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image
+
+from captioning.data.images import load_rgb
+from captioning.data.synthetic import Scene, SceneObject, render_scene
+
+_SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
+
+
+class CaptionSource:
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def image(self, i: int) -> Image.Image:
+        raise NotImplementedError
+
+    def captions(self, i: int) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def image_id(self, i: int) -> int | str:
+        raise NotImplementedError
+
+
+class SyntheticSource(CaptionSource):
+    """``num_images`` synthetic scenes, rendered once into memory (96·96·3 bytes each).
+
+    Scene i of split s is ``render_scene((seed, s, i))``: splits never share a scene stream, and a scene
+    does not depend on how many others are drawn.
+    """
+
+    def __init__(self, num_images: int, seed: int = 0, split: str = "train"):
+        if num_images <= 0:
+            raise ValueError(f"num_images must be positive, got {num_images}")
+        if split not in _SPLIT_STREAM:
+            raise ValueError(f"split must be one of {sorted(_SPLIT_STREAM)}, got {split!r}")
+        self.scenes: list[Scene] = [render_scene((seed, _SPLIT_STREAM[split], i)) for i in range(num_images)]
+
+    def __len__(self) -> int:
+        return len(self.scenes)
+
+    def image(self, i: int) -> Image.Image:
+        return Image.fromarray(self.scenes[i].image)
+
+    def captions(self, i: int) -> tuple[str, ...]:
+        return self.scenes[i].captions
+
+    def image_id(self, i: int) -> int:
+        return i
+
+    def objects(self, i: int) -> tuple[SceneObject, ...]:
+        return self.scenes[i].objects
+
+
+class RecordSource(CaptionSource):
+    """Images on disk described by reader records (COCO, Karpathy split, Flickr8k)."""
+
+    def __init__(self, records: Sequence, limit: int | None = None):
+        self.records = list(records)[:limit] if limit else list(records)
+        if not self.records:
+            raise ValueError("the data set is empty: the reader returned no records")
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def image(self, i: int) -> Image.Image:
+        return load_rgb(self.records[i].path)
+
+    def captions(self, i: int) -> tuple[str, ...]:
+        return tuple(self.records[i].captions)
+
+    def image_id(self, i: int) -> int | str:
+        return self.records[i].image_id
+
+
+def stack_images(source: CaptionSource) -> np.ndarray:
+    """All images of a small in-memory source as one (N, H, W, 3) uint8 array."""
+    return np.stack([np.asarray(source.image(i)) for i in range(len(source))])

@@ -1,0 +1,138 @@
+"""CaptionLitModule: a thin LightningModule around an injected Captioner.
+
+One shared step computes the loss for train and val; validation also decodes every image and scores
+the captions of the *whole* split at epoch end (gathered across DDP ranks, scored once).
+The module never branches on the decoder type: decoders return what their loss needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from captioning.data.vocab import Vocab
+from captioning.decoding import generate
+from captioning.losses import caption_loss
+from captioning.metrics.coco import score_captions
+from captioning.models.captioner import Captioner
+from captioning.models.decoders.base import shift_inputs
+
+CHECKPOINT_KEY = "captioning"  # plain-data entry of every checkpoint: vocabulary, network config
+
+
+class CaptionLitModule(pl.LightningModule):
+    def __init__(
+        self,
+        net: Captioner,
+        vocab: dict,
+        net_config: dict | None = None,
+        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+        scheduler: Callable[..., Any] | None = None,
+        alpha_c: float = 1.0,
+        beam_size: int = 1,
+        max_length: int = 20,
+        length_penalty: float = 0.0,
+        val_metrics: Sequence[str] = ("Bleu_4", "CIDEr"),
+        image_size: int = 224,
+    ):
+        super().__init__()
+        if beam_size < 1:
+            raise ValueError(f"decoding beam_size must be >= 1, got {beam_size}")
+        self.net = net
+        self.vocab = Vocab.from_dict(vocab)
+        if len(self.vocab) != net.decoder.vocab_size:
+            raise ValueError(
+                f"vocabulary has {len(self.vocab)} words but the decoder was built for {net.decoder.vocab_size}"
+            )
+        self.net_config = net_config
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        self.alpha_c = alpha_c
+        self.decoding = {"beam_size": beam_size, "max_length": max_length, "length_penalty": length_penalty}
+        self.val_metrics = tuple(val_metrics)
+        self.image_size = image_size  # saved so `captioning caption` resizes images as in training
+        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler", "vocab", "net_config"])
+        self._generated: list[tuple[Any, str, list[str]]] = []
+
+    # -- one shared step ------------------------------------------------------------------------------
+    def shared_step(self, batch: dict, stage: str) -> Tensor:
+        inputs, targets = shift_inputs(batch["tokens"])  # (B, T), (B, T)
+        output = self.net(batch["images"], inputs)
+        terms = caption_loss(output, targets, self.net.decoder, alpha_c=self.alpha_c)
+        b = targets.shape[0]
+        self.log(f"{stage}/loss", terms.loss, prog_bar=True, batch_size=b, sync_dist=stage != "train")
+        self.log(f"{stage}/xent", terms.xent, batch_size=b, sync_dist=stage != "train")
+        self.log(f"{stage}/attention_reg", terms.attention_reg, batch_size=b, sync_dist=stage != "train")
+        for name, value in terms.logs.items():
+            self.log(f"{stage}/{name}", value, batch_size=b, sync_dist=stage != "train")
+        return terms.loss
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        return self.shared_step(batch, "train")
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.shared_step(batch, "val")
+        for image_id, caption, refs in zip(batch["image_ids"], self.caption(batch["images"]), batch["references"]):
+            self._generated.append((image_id, caption, refs))
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self.shared_step(batch, "test")
+        for image_id, caption, refs in zip(batch["image_ids"], self.caption(batch["images"]), batch["references"]):
+            self._generated.append((image_id, caption, refs))
+
+    # -- decoding and scoring ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def caption(self, images: Tensor) -> list[str]:
+        generated = generate(self.net.decoder, self.net.encode(images), **self.decoding)
+        return [" ".join(self.vocab.decode(row.tolist())) for row in generated.tokens]
+
+    def _score_generated(self, stage: str) -> None:
+        generated = self._gather(self._generated)
+        self._generated = []
+        if not generated:
+            return
+        hyps = {image_id: caption for image_id, caption, _ in generated}
+        refs = {image_id: refs for image_id, _, refs in generated}
+        scores = score_captions(refs, hyps, metrics=self.val_metrics, tokenizer="simple")
+        for name, value in scores.items():
+            # Every rank logs the same globally computed value; no reduction needed.
+            self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr"), rank_zero_only=False)
+
+    def _gather(self, items: list) -> list:
+        """All ranks' (image_id, caption, refs), deduplicated by image (DistributedSampler pads)."""
+        if self.trainer is None or self.trainer.world_size == 1 or not torch.distributed.is_initialized():
+            return items
+        per_rank: list[list] = [None] * self.trainer.world_size  # type: ignore[list-item]
+        torch.distributed.all_gather_object(per_rank, items)
+        merged = {}
+        for rank_items in per_rank:
+            for image_id, caption, refs in rank_items:
+                merged.setdefault(image_id, (image_id, caption, refs))
+        return sorted(merged.values(), key=lambda item: str(item[0]))
+
+    def on_validation_epoch_end(self) -> None:
+        self._score_generated("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._score_generated("test")
+
+    # -- optimisation and checkpoints ------------------------------------------------------------------
+    def configure_optimizers(self):
+        params = [p for p in self.net.parameters() if p.requires_grad]
+        optimizer = self.optimizer_factory(params) if self.optimizer_factory else torch.optim.AdamW(params, 1e-3)
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer, total_steps=self.trainer.estimated_stepping_batches)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # Plain data only, so captioning/evaluation load with torch.load(weights_only=True).
+        checkpoint[CHECKPOINT_KEY] = {
+            "vocab": self.vocab.to_dict(),
+            "net_config": self.net_config,
+            "decoding": dict(self.decoding),
+            "image_size": self.image_size,
+        }

@@ -1,0 +1,48 @@
+"""Training objective: masked cross-entropy + doubly stochastic attention (Xu et al. eq. 14)
++ whatever the decoder adds (REINFORCE surrogate and entropy bonus for hard attention, §4.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from captioning.data.vocab import Vocab
+from captioning.models.decoders.base import Decoder, DecoderOutput
+
+
+@dataclass
+class LossTerms:
+    loss: Tensor  # what is minimised
+    xent: Tensor  # mean cross-entropy per target token (nats)
+    attention_reg: Tensor  # λ Σ_i (1 - Σ_t α_ti)², averaged over the batch
+    logs: dict[str, Tensor] = field(default_factory=dict)  # decoder-specific diagnostics
+
+
+def doubly_stochastic(alphas: Tensor, token_mask: Tensor) -> Tensor:
+    """Σ_i (1 - Σ_t α_ti)² per caption (eq. 14): encourages attention to every location over the caption.
+
+    alphas (B, T, L), token_mask (B, T) -> (B,). Padded steps do not count towards Σ_t.
+    """
+    coverage = (alphas * token_mask.unsqueeze(-1)).sum(1)  # (B, L)
+    return ((1.0 - coverage) ** 2).sum(-1)  # (B,)
+
+
+def caption_loss(
+    output: DecoderOutput, targets: Tensor, decoder: Decoder, alpha_c: float = 1.0
+) -> LossTerms:
+    """``targets`` (B, T) are the next tokens, <pad> where the caption has ended."""
+    token_mask = (targets != Vocab.pad_id).to(output.logits.dtype)  # (B, T)
+    token_logp = -F.cross_entropy(
+        output.logits.transpose(1, 2).float(), targets, reduction="none"
+    )  # (B, V, T) vs (B, T) -> (B, T)
+    xent = -(token_logp * token_mask).sum() / token_mask.sum().clamp_min(1.0)
+    reg = alpha_c * doubly_stochastic(output.alphas, token_mask).mean() if alpha_c else xent.new_zeros(())
+    aux, logs = decoder.auxiliary_loss(output, token_logp.detach(), token_mask)
+    return LossTerms(loss=xent + reg + aux, xent=xent, attention_reg=reg, logs=logs)
+
+
+def perplexity(xent: Tensor) -> Tensor:
+    return torch.exp(xent.clamp_max(50.0))

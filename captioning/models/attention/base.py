@@ -1,0 +1,54 @@
+"""What an attention layer is: a module the decoder calls once per step with its hidden state.
+
+``precompute(features)`` runs once per image (keys such as W_k·a_i are independent of the step), and
+``forward(query, features, keys, mask)`` returns the context vector ẑ_t with the weights used.
+Layers are passed into decoders (timm style), so swapping soft for hard attention is a config change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class AttentionOutput:
+    context: Tensor  # (B, D) ẑ_t, the context vector fed to the LSTM (Xu et al. eq. 1-3)
+    weights: Tensor  # (B, L) weights applied to the features (one-hot for hard attention)
+    alphas: Tensor  # (B, L) the attention distribution α_t (Xu et al. eq. 5)
+    log_prob: Tensor | None = None  # (B,) log α_{t, s_t} of a sampled location (stochastic layers)
+    entropy: Tensor | None = None  # (B,) H[α_t], for entropy bonuses and logging
+
+
+class AttentionLayer(nn.Module):
+    feature_dim: int
+    query_dim: int
+
+    def precompute(self, features: Tensor) -> Tensor:
+        """Per-image keys, computed once; ``features`` (B, L, D)."""
+        return features
+
+    def forward(
+        self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
+    ) -> AttentionOutput:
+        raise NotImplementedError
+
+    def auxiliary_loss(
+        self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Training terms of stochastic layers (REINFORCE); deterministic layers add nothing."""
+        return reward.new_zeros(()), {}
+
+
+def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """Softmax over the last dim with invalid locations (mask False) given exactly zero weight."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=-1)
+
+
+def entropy_of(alphas: Tensor) -> Tensor:
+    """H[α] = -Σ_i α_i log α_i over the last dim, with 0·log 0 = 0."""
+    return -(alphas * torch.log(alphas.clamp_min(1e-12))).sum(-1)

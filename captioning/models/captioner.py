@@ -1,0 +1,32 @@
+"""Captioner = encoder (images -> grid) + decoder (grid -> words)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from captioning.models.decoders.base import Decoder, DecoderOutput
+
+
+class Captioner(nn.Module):
+    def __init__(self, encoder: nn.Module, decoder: Decoder):
+        super().__init__()
+        if encoder.out_dim != decoder.feature_dim:
+            raise ValueError(
+                f"encoder gives {encoder.out_dim}-dim features but the decoder expects "
+                f"feature_dim={decoder.feature_dim}; set model.decoder.feature_dim=${{model.encoder.out_dim}}"
+            )
+        self.encoder, self.decoder = encoder, decoder
+        # Images arrive in [0, 1]; the normalisation belongs to the encoder's weights.
+        self.register_buffer("mean", torch.tensor(encoder.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(encoder.std).view(1, 3, 1, 1), persistent=False)
+
+    @property
+    def grid_size(self) -> int:
+        return self.encoder.grid_size
+
+    def encode(self, images: Tensor) -> Tensor:
+        return self.encoder((images - self.mean) / self.std)  # (B, 3, H, W) -> (B, L, D)
+
+    def forward(self, images: Tensor, tokens: Tensor) -> DecoderOutput:
+        return self.decoder(self.encode(images), tokens)

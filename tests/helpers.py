@@ -1,0 +1,26 @@
+"""Test helpers: build decoders and nets from the real composed configs."""
+
+from __future__ import annotations
+
+import hydra
+import torch
+from omegaconf import open_dict
+
+from conftest import TINY, compose_train
+
+
+def build_net(decoder: str = "soft", vocab_size: int = 12, extra: list[str] | None = None, seed: int = 0):
+    cfg = compose_train([f"model/decoder={decoder}", *TINY, *(extra or [])])
+    with open_dict(cfg):
+        cfg.model.net.decoder.vocab_size = vocab_size
+    torch.manual_seed(seed)
+    return hydra.utils.instantiate(cfg.model.net)
+
+
+def random_batch(net, batch: int = 3, steps: int = 5, vocab_size: int = 12, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    grid = net.encoder.grid_size
+    features = torch.randn(batch, grid * grid, net.encoder.out_dim, generator=g)  # (B, L, D)
+    tokens = torch.randint(4, vocab_size, (batch, steps), generator=g)
+    tokens[:, 0] = 1  # <start>
+    return features, tokens

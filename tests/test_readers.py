@@ -1,0 +1,292 @@
+"""Dataset readers: exact records from tiny fixtures, DatasetError messages, skip counts, real Flickr8k."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from captioning.data.readers import (
+    DatasetError,
+    ImageRecord,
+    read_coco,
+    read_flickr8k,
+    read_karpathy,
+)
+
+FLICKR8K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "flickr8k"
+
+
+def _jpeg(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(path, "JPEG")
+
+
+def _write_json(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "captioning.data.readers"]
+
+
+# ---------------------------------------------------------------- COCO
+
+
+def _coco(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """Images listed out of id order; image 7 has captions split around image 2's."""
+    root = tmp_path.resolve()
+    for name in ("a.jpg", "b.jpg", "c.jpg"):
+        _jpeg(root / "img" / name)
+    data = {
+        "images": [
+            {"id": 7, "file_name": "c.jpg"},
+            {"id": 2, "file_name": "a.jpg"},
+            {"id": 5, "file_name": "b.jpg"},
+        ],
+        "annotations": [
+            {"id": 10, "image_id": 7, "caption": "A cat on a mat.\n"},
+            {"id": 11, "image_id": 2, "caption": "A dog runs."},
+            {"id": 12, "image_id": 5, "caption": "Two birds."},
+            {"id": 13, "image_id": 7, "caption": "A sleepy cat."},
+        ],
+    }
+    return _write_json(root / "captions.json", data), root / "img", data
+
+
+def test_read_coco_exact_records_sorted_by_id(tmp_path: Path) -> None:
+    ann, img, _ = _coco(tmp_path)
+    assert read_coco(ann, img) == [
+        ImageRecord(2, img / "a.jpg", ("A dog runs.",)),
+        ImageRecord(5, img / "b.jpg", ("Two birds.",)),
+        ImageRecord(7, img / "c.jpg", ("A cat on a mat.", "A sleepy cat.")),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda d: d.pop("annotations"), "'annotations' missing"),
+        (lambda d: d["annotations"][1].pop("caption"), "annotations[1]"),
+        (lambda d: d["annotations"][2].update(caption=" ... !"), "no word tokens"),
+        (lambda d: d["annotations"].append({"id": 14, "image_id": 99, "caption": "x"}), "image_id 99"),
+        (lambda d: d["annotations"].append({"id": 10, "image_id": 2, "caption": "x"}), "annotation id 10"),
+        (lambda d: d["images"].append({"id": 2, "file_name": "b.jpg"}), "image id 2 appears twice"),
+        (lambda d: d["images"].append({"id": 3, "file_name": "zz.jpg"}), "image id 3: no valid caption"),
+        (lambda d: d["images"][0].update(file_name="gone.jpg"), "gone.jpg does not exist"),
+    ],
+)
+def test_read_coco_errors_name_file_and_entry(tmp_path: Path, mutate, fragment: str) -> None:
+    ann, img, data = _coco(tmp_path)
+    mutate(data)
+    _write_json(ann, data)
+    with pytest.raises(DatasetError, match="captions.json") as info:
+        read_coco(ann, img)
+    assert fragment in str(info.value)
+
+
+def test_read_coco_malformed_json_and_missing_file(tmp_path: Path) -> None:
+    ann, img, _ = _coco(tmp_path)
+    ann.write_text('{"images": [', encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"captions\.json: malformed JSON at line 1"):
+        read_coco(ann, img)
+    with pytest.raises(DatasetError, match="nope.json: not found"):
+        read_coco(tmp_path / "nope.json", img)
+
+
+def test_read_coco_skip_counts_and_drops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ann, img, data = _coco(tmp_path)
+    data["annotations"][1]["caption"] = "   "  # image 2's only caption -> image 2 dropped
+    data["annotations"].append({"id": 14, "image_id": 99, "caption": "orphan"})
+    data["images"][2]["file_name"] = "gone.jpg"  # image 5 missing on disk
+    _write_json(ann, data)
+    with caplog.at_level(logging.WARNING):
+        records = read_coco(ann, img, on_error="skip")
+    assert records == [ImageRecord(7, img / "c.jpg", ("A cat on a mat.", "A sleepy cat."))]
+    counts = "1 empty caption, 1 image without valid caption, 1 missing image file, 1 unknown image"
+    assert _warnings(caplog) == [f"{ann}: skipped {counts}"]
+
+
+def test_on_error_must_be_raise_or_skip(tmp_path: Path) -> None:
+    ann, img, _ = _coco(tmp_path)
+    with pytest.raises(ValueError, match="on_error must be one of"):
+        read_coco(ann, img, on_error="ignore")
+
+
+# ---------------------------------------------------------------- Karpathy
+
+
+def _karpathy(tmp_path: Path) -> tuple[Path, Path, dict]:
+    root = tmp_path.resolve()
+
+    def entry(split: str, filename: str, imgid: int, *raws: str, cocoid: int | None = None) -> dict:
+        _jpeg(root / "coco" / ("val2014" if cocoid else "") / filename)
+        e = {"filename": filename, "imgid": imgid, "split": split, "sentences": [{"raw": r} for r in raws]}
+        if cocoid is not None:
+            e.update(filepath="val2014", cocoid=cocoid)
+        return e
+
+    data = {
+        "dataset": "coco",
+        "images": [
+            entry("test", "t.jpg", 0, "A test image."),
+            entry("train", "a.jpg", 1, "A horse.", "A brown horse ."),
+            entry("restval", "r.jpg", 2, "A restval boat.", cocoid=4242),
+            entry("val", "v.jpg", 3, "A val tree."),
+            entry("train", "b.jpg", 4, "A bus."),
+        ],
+    }
+    return _write_json(root / "dataset_coco.json", data), root / "coco", data
+
+
+def test_read_karpathy_splits_restval_ids_and_order(tmp_path: Path) -> None:
+    js, root, _ = _karpathy(tmp_path)
+    train = [
+        ImageRecord(1, root / "a.jpg", ("A horse.", "A brown horse .")),
+        ImageRecord(4242, root / "val2014" / "r.jpg", ("A restval boat.",)),  # cocoid wins over imgid
+        ImageRecord(4, root / "b.jpg", ("A bus.",)),
+    ]
+    assert read_karpathy(js, root, "train") == train
+    assert read_karpathy(js, root, "train", include_restval=False) == [train[0], train[2]]
+    assert read_karpathy(js, root, "restval") == [train[1]]
+    assert read_karpathy(js, root, "val") == [ImageRecord(3, root / "v.jpg", ("A val tree.",))]
+    assert read_karpathy(js, root, "test") == [ImageRecord(0, root / "t.jpg", ("A test image.",))]
+    with pytest.raises(ValueError, match="split must be one of"):
+        read_karpathy(js, root, "dev")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda d: d.pop("images"), "'images' missing"),
+        (lambda d: d["images"][1].pop("split"), "images[1]: got"),
+        (lambda d: d["images"][1].pop("sentences"), "images[1]: got"),
+        (
+            lambda d: d["images"][4].update(sentences=[{"tokens": ["a"]}]),
+            "images[4] (id 4) sentences[0]['raw']",
+        ),
+        (lambda d: d["images"][1]["sentences"][1].update(raw="?!"), "no word tokens"),
+        (lambda d: d["images"][4].update(imgid=1), "images[4] (id 1): id 1 appears twice"),
+        (lambda d: d["images"][2].update(filename="gone.jpg"), "gone.jpg does not exist"),
+    ],
+)
+def test_read_karpathy_errors_name_file_and_entry(tmp_path: Path, mutate, fragment: str) -> None:
+    js, root, data = _karpathy(tmp_path)
+    mutate(data)
+    _write_json(js, data)
+    with pytest.raises(DatasetError, match="dataset_coco.json") as info:
+        read_karpathy(js, root, "train")
+    assert fragment in str(info.value)
+
+
+def test_read_karpathy_validates_only_requested_split(tmp_path: Path) -> None:
+    js, root, data = _karpathy(tmp_path)
+    data["images"][0]["sentences"] = [{"raw": ""}]  # a bad test entry does not affect train
+    _write_json(js, data)
+    assert [r.image_id for r in read_karpathy(js, root, "train")] == [1, 4242, 4]
+    with pytest.raises(DatasetError, match=r"images\[0\] \(id 0\) sentences\[0\]"):
+        read_karpathy(js, root, "test")
+
+
+def test_read_karpathy_skip_counts_and_drops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    js, root, data = _karpathy(tmp_path)
+    data["images"][1]["sentences"][0]["raw"] = "..."  # one of two captions bad: record kept
+    data["images"][4]["imgid"] = 1  # duplicate of images[1] -> dropped
+    _write_json(js, data)
+    with caplog.at_level(logging.WARNING):
+        records = read_karpathy(js, root, "train", on_error="skip")
+    assert records == [
+        ImageRecord(1, root / "a.jpg", ("A brown horse .",)),
+        ImageRecord(4242, root / "val2014" / "r.jpg", ("A restval boat.",)),
+    ]
+    assert _warnings(caplog) == [f"{js}: skipped 1 duplicate id, 1 empty caption"]
+
+
+# ---------------------------------------------------------------- Flickr8k
+
+
+def _flickr(tmp_path: Path) -> Path:
+    root = tmp_path.resolve() / "flickr8k"
+    for name in ("111_a.jpg", "222_b.jpg", "333_c.jpg"):
+        _jpeg(root / "Flicker8k_Dataset" / name)
+    token_lines = [
+        "222_b.jpg#1\tA second caption for b .",
+        "111_a.jpg#0\tA child climbs stairs .",
+        "222_b.jpg#0\tA dog in the snow .",
+        "111_a.jpg#1\tA girl in pink .",
+        "333_c.jpg#0\tA man on a bike .",
+        "999_x.jpg.1#0\tbogus entry of the original file, not in any split",
+    ]
+    (root / "Flickr8k.token.txt").write_text("\n".join(token_lines) + "\n", encoding="utf-8")
+    (root / "Flickr_8k.trainImages.txt").write_text("222_b.jpg\n111_a.jpg\n", encoding="utf-8")
+    (root / "Flickr_8k.devImages.txt").write_text("333_c.jpg\n", encoding="utf-8")
+    return root
+
+
+def test_read_flickr8k_exact_records_in_split_file_order(tmp_path: Path) -> None:
+    root = _flickr(tmp_path)
+    images = root / "Flicker8k_Dataset"
+    assert read_flickr8k(root, "train") == [
+        ImageRecord("222_b", images / "222_b.jpg", ("A dog in the snow .", "A second caption for b .")),
+        ImageRecord("111_a", images / "111_a.jpg", ("A child climbs stairs .", "A girl in pink .")),
+    ]
+    dev = [ImageRecord("333_c", images / "333_c.jpg", ("A man on a bike .",))]
+    assert read_flickr8k(root, "dev") == dev
+    assert read_flickr8k(root, "val") == dev
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda r: _append(r / "Flickr8k.token.txt", "333_c.jpg no tab\n"), "Flickr8k.token.txt line 7"),
+        (lambda r: _append(r / "Flickr8k.token.txt", "111_a.jpg#2\t , .\n"), "line 7 (111_a.jpg#2)"),
+        (lambda r: _append(r / "Flickr8k.token.txt", "111_a.jpg#1\tAgain.\n"), "#1 repeats"),
+        (lambda r: _append(r / "Flickr_8k.trainImages.txt", "222_b.jpg\n"), "trainImages.txt line 3"),
+        (lambda r: _append(r / "Flickr_8k.trainImages.txt", "444_d.jpg\n"), "no '444_d.jpg#<k>' line"),
+        (lambda r: (r / "Flicker8k_Dataset" / "111_a.jpg").unlink(), "111_a.jpg does not exist"),
+        (lambda r: (r / "Flickr_8k.trainImages.txt").unlink(), "trainImages.txt: not found"),
+    ],
+)
+def test_read_flickr8k_errors_name_file_and_entry(tmp_path: Path, mutate, fragment: str) -> None:
+    root = _flickr(tmp_path)
+    mutate(root)
+    with pytest.raises(DatasetError, match=r"Flickr8k\.token\.txt|Flickr_8k\.trainImages\.txt") as info:
+        read_flickr8k(root, "train")
+    assert fragment in str(info.value)
+
+
+def test_read_flickr8k_missing_test_split_file(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="Flickr_8k.testImages.txt: not found"):
+        read_flickr8k(_flickr(tmp_path), "test")
+
+
+def test_read_flickr8k_skip_counts_and_drops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = _flickr(tmp_path)
+    _append(root / "Flickr8k.token.txt", "garbage line\n111_a.jpg#2\t\n")
+    _append(root / "Flickr_8k.trainImages.txt", "111_a.jpg\n333_c.jpg\n")
+    (root / "Flicker8k_Dataset" / "333_c.jpg").unlink()
+    with caplog.at_level(logging.WARNING):
+        records = read_flickr8k(root, "train", on_error="skip")
+    assert [(r.image_id, len(r.captions)) for r in records] == [("222_b", 2), ("111_a", 2)]
+    split_file = root / "Flickr_8k.trainImages.txt"
+    expected = "1 duplicate id, 1 empty caption, 1 malformed line, 1 missing image file"
+    assert _warnings(caplog) == [f"{split_file}: skipped {expected}"]
+
+
+@pytest.mark.skipif(not FLICKR8K.is_dir(), reason=f"real Flickr8k not found at {FLICKR8K}")
+def test_read_real_flickr8k_train_and_dev() -> None:
+    train, dev = read_flickr8k(FLICKR8K, "train"), read_flickr8k(FLICKR8K, "dev")
+    assert (len(train), len(dev)) == (6000, 1000)
+    assert {len(r.captions) for r in train + dev} == {5}
+    assert all(r.path.is_file() for r in train + dev)
+    assert not {r.image_id for r in train} & {r.image_id for r in dev}
+    first = (FLICKR8K / "Flickr_8k.trainImages.txt").read_text(encoding="utf-8").split()[0]
+    assert train[0].path == FLICKR8K.resolve() / "Flicker8k_Dataset" / first
