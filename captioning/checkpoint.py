@@ -14,6 +14,8 @@ from typing import Any
 
 import hydra
 import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from captioning.data.vocab import Vocab
 from captioning.lit_module import CHECKPOINT_KEY
@@ -57,6 +59,8 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
+        if "Unsupported global" not in str(err):  # not a refusal of code: the bytes are not a checkpoint
+            raise CheckpointError(f"{path}: not a readable checkpoint (truncated or not a torch file?): {err}") from err
         raise CheckpointError(
             f"{path}: refused to load: it contains objects other than tensors and plain data "
             f"(loading is weights_only=True so that a checkpoint can never run code). Detail: {err}"
@@ -77,8 +81,10 @@ def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -
     meta = checkpoint[CHECKPOINT_KEY]
     try:
         vocab = Vocab.from_dict(meta["vocab"])
-        net_config = dict(meta["net_config"])
-    except (KeyError, TypeError, ValueError) as err:
+        net_config = OmegaConf.to_container(OmegaConf.create(meta["net_config"]), resolve=True)
+        if not isinstance(net_config, dict):
+            raise ValueError("net_config is not a mapping")
+    except (KeyError, TypeError, ValueError, OmegaConfBaseException) as err:
         raise CheckpointError(f"{path}: the '{CHECKPOINT_KEY}' entry is incomplete: {err}") from err
     _check_targets(net_config, path)
     encoder_cfg = dict(net_config["encoder"])

@@ -15,6 +15,14 @@ from captioning.data.vocab import Vocab
 from captioning.models.decoders.base import Decoder
 
 
+def _next_log_probs(logits: Tensor) -> Tensor:
+    """log p(next word): <pad> and <start> are never generated (they are not words; <pad> is never a target)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp[:, Vocab.pad_id] = float("-inf")
+    logp[:, Vocab.start_id] = float("-inf")
+    return logp
+
+
 @dataclass
 class Generated:
     tokens: Tensor  # (B, T) ids, <pad> after <end>
@@ -43,7 +51,7 @@ def greedy(
     out_tokens, out_att = [], []
     for _ in range(max_length):
         logits, att, state = decoder.step(tokens, state)  # (B, V), (B, L)
-        logp = torch.log_softmax(logits.float(), dim=-1)
+        logp = _next_log_probs(logits)
         step_logp, tokens = logp.max(dim=-1)  # (B,)
         tokens = tokens.masked_fill(finished, Vocab.pad_id)
         log_prob += step_logp.masked_fill(finished, 0.0)
@@ -92,7 +100,7 @@ def beam_search(
     base = (torch.arange(b, device=device) * k).unsqueeze(1)  # (B, 1) first row of each image
     for _ in range(max_length):
         logits, att, state = decoder.step(tokens, state)  # (B·K, V), (B·K, L)
-        logp = torch.log_softmax(logits.float(), dim=-1)
+        logp = _next_log_probs(logits)
         vocab = logp.shape[-1]
         # A finished beam may only continue with <pad>, at no cost.
         frozen = torch.full_like(logp[0], float("-inf"))
@@ -105,8 +113,10 @@ def beam_search(
         scores, tokens = top, word.view(-1)
         history = torch.cat([history.index_select(0, rows), tokens.unsqueeze(1)], 1)  # (B·K, t)
         att = att.index_select(0, rows).masked_fill(finished.index_select(0, rows).unsqueeze(1), 0.0)
-        att_history = att.unsqueeze(1) if att_history is None else torch.cat(
-            [att_history.index_select(0, rows), att.unsqueeze(1)], 1
+        att_history = (
+            att.unsqueeze(1)
+            if att_history is None
+            else torch.cat([att_history.index_select(0, rows), att.unsqueeze(1)], 1)
         )  # (B·K, t, L)
         finished = finished.index_select(0, rows) | (tokens == end_id)
         state = decoder.reorder_state(state, rows)
@@ -115,7 +125,7 @@ def beam_search(
     lengths = ((history != Vocab.pad_id).sum(1)).view(b, k)  # (B, K)
     ranking = scores / lengths.clamp_min(1).float() ** length_penalty  # (B, K)
     best = ranking.argmax(dim=-1)  # (B,)
-    rows = (base.squeeze(1) + best)  # (B,)
+    rows = base.squeeze(1) + best  # (B,)
     return Generated(
         tokens=history.index_select(0, rows),
         attention=att_history.index_select(0, rows),
@@ -125,10 +135,12 @@ def beam_search(
     )
 
 
-def generate(decoder: Decoder, features: Tensor, beam_size: int = 1, max_length: int = 20,
-             length_penalty: float = 0.0) -> Generated:
+def generate(
+    decoder: Decoder, features: Tensor, beam_size: int = 1, max_length: int = 20, length_penalty: float = 0.0
+) -> Generated:
     """Greedy for beam_size 1, beam search otherwise."""
     if beam_size == 1:
         return greedy(decoder, features, max_length=max_length)
-    return beam_search(decoder, features, beam_size=beam_size, max_length=max_length,
-                       length_penalty=length_penalty)
+    return beam_search(
+        decoder, features, beam_size=beam_size, max_length=max_length, length_penalty=length_penalty
+    )

@@ -72,4 +72,6 @@ def overlay_paths(out: Path, names: list[str]) -> list[Path]:
     """One overlay path per image: OUT.png itself for one image, OUT-<stem>.png for several."""
     if len(names) == 1:
         return [out]
-    return [out.with_name(f"{out.stem}-{i:02d}-{Path(n).stem}{out.suffix or '.png'}") for i, n in enumerate(names)]
+    return [
+        out.with_name(f"{out.stem}-{i:02d}-{Path(n).stem}{out.suffix or '.png'}") for i, n in enumerate(names)
+    ]

@@ -29,7 +29,7 @@ class CaptionLitModule(pl.LightningModule):
         self,
         net: Captioner,
         vocab: dict,
-        net_config: dict | None = None,
+        net_config: str | None = None,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
         alpha_c: float = 1.0,
@@ -75,12 +75,16 @@ class CaptionLitModule(pl.LightningModule):
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self.shared_step(batch, "val")
-        for image_id, caption, refs in zip(batch["image_ids"], self.caption(batch["images"]), batch["references"]):
+        for image_id, caption, refs in zip(
+            batch["image_ids"], self.caption(batch["images"]), batch["references"]
+        ):
             self._generated.append((image_id, caption, refs))
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self.shared_step(batch, "test")
-        for image_id, caption, refs in zip(batch["image_ids"], self.caption(batch["images"]), batch["references"]):
+        for image_id, caption, refs in zip(
+            batch["image_ids"], self.caption(batch["images"]), batch["references"]
+        ):
             self._generated.append((image_id, caption, refs))
 
     # -- decoding and scoring ----------------------------------------------------------------------------
@@ -99,7 +103,9 @@ class CaptionLitModule(pl.LightningModule):
         scores = score_captions(refs, hyps, metrics=self.val_metrics, tokenizer="simple")
         for name, value in scores.items():
             # Every rank logs the same globally computed value; no reduction needed.
-            self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr"), rank_zero_only=False)
+            self.log(
+                f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr"), rank_zero_only=False
+            )
 
     def _gather(self, items: list) -> list:
         """All ranks' (image_id, caption, refs), deduplicated by image (DistributedSampler pads)."""
@@ -122,7 +128,9 @@ class CaptionLitModule(pl.LightningModule):
     # -- optimisation and checkpoints ------------------------------------------------------------------
     def configure_optimizers(self):
         params = [p for p in self.net.parameters() if p.requires_grad]
-        optimizer = self.optimizer_factory(params) if self.optimizer_factory else torch.optim.AdamW(params, 1e-3)
+        optimizer = (
+            self.optimizer_factory(params) if self.optimizer_factory else torch.optim.AdamW(params, 1e-3)
+        )
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer, total_steps=self.trainer.estimated_stepping_batches)

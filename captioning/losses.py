@@ -33,7 +33,19 @@ def doubly_stochastic(alphas: Tensor, token_mask: Tensor) -> Tensor:
 def caption_loss(
     output: DecoderOutput, targets: Tensor, decoder: Decoder, alpha_c: float = 1.0
 ) -> LossTerms:
-    """``targets`` (B, T) are the next tokens, <pad> where the caption has ended."""
+    """``targets`` (B, T) are the next tokens, <pad> where the caption has ended.
+
+    When the decoder drew K samples per caption (logits with B·K rows, a caption's copies adjacent),
+    the targets are repeated to match, so every term averages over the K samples too.
+    """
+    rows = output.logits.shape[0]
+    if rows != targets.shape[0]:
+        if rows % targets.shape[0]:
+            raise ValueError(
+                f"caption_loss: the decoder returned {rows} rows for {targets.shape[0]} captions; "
+                "expected a whole multiple (K samples per caption)"
+            )
+        targets = targets.repeat_interleave(rows // targets.shape[0], dim=0)  # (B·K, T)
     token_mask = (targets != Vocab.pad_id).to(output.logits.dtype)  # (B, T)
     token_logp = -F.cross_entropy(
         output.logits.transpose(1, 2).float(), targets, reduction="none"

@@ -34,8 +34,11 @@ def train(cfg: DictConfig) -> str:
     with open_dict(cfg):
         cfg.model.net.decoder.vocab_size = len(vocab)
 
-    net_config = OmegaConf.to_container(cfg.model.net, resolve=True)
-    model: CaptionLitModule = hydra.utils.instantiate(cfg.model, vocab=vocab.to_dict(), net_config=net_config)
+    # The composed network config travels with the checkpoint (as YAML text: plain data, not code).
+    net_yaml = OmegaConf.to_yaml(cfg.model.net, resolve=True)
+    model: CaptionLitModule = hydra.utils.instantiate(
+        cfg.model, vocab=vocab.to_dict(), net_config=net_yaml, _convert_="all"
+    )
 
     callbacks = instantiate_dict(cfg.get("callbacks"))
     loggers = instantiate_dict(cfg.get("logger"))

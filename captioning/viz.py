@@ -46,7 +46,9 @@ def attention_figure(
     panels = len(tokens) + 1
     ncols = min(ncols, panels)
     nrows = math.ceil(panels / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(ncols * panel_inches, nrows * panel_inches), squeeze=False)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(ncols * panel_inches, nrows * panel_inches), squeeze=False
+    )
     for ax in axes.flat:
         ax.axis("off")
     axes.flat[0].imshow(img)

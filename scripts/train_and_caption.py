@@ -28,8 +28,13 @@ def main() -> int:
     overrides = sys.argv[1:]
     start = time.time()
     print(f"$ captioning-train {' '.join(overrides)}", flush=True)
-    proc = subprocess.Popen([str(BIN / "captioning-train"), *overrides], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [str(BIN / "captioning-train"), *overrides],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     best = None
     for line in proc.stdout:
         print(line, end="", flush=True)
@@ -47,7 +52,9 @@ def main() -> int:
     overlay = OUT / "new_scene_attention.png"
     result = subprocess.run(
         [str(BIN / "captioning"), "caption", str(image), "--checkpoint", best, "--overlay", str(overlay)],
-        capture_output=True, text=True, env=env,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if result.returncode != 0:
         print(result.stdout + result.stderr, file=sys.stderr)

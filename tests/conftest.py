@@ -34,6 +34,7 @@ TINY = [
     "model.net.decoder.hidden_dim=16",
     "model.max_length=6",
     "logger=[]",
+    "~callbacks.lr_monitor",
 ]
 
 

@@ -5,6 +5,7 @@ import torch
 
 from captioning.losses import caption_loss, doubly_stochastic
 from captioning.models.decoders.base import shift_inputs
+
 from conftest import DECODERS
 from helpers import build_net, random_batch
 

@@ -3,6 +3,7 @@ import torch
 
 from captioning.decoding import beam_search, greedy
 from captioning.models.decoders.base import Decoder
+
 from conftest import DECODERS
 from helpers import build_net, random_batch
 

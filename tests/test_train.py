@@ -7,6 +7,7 @@ import torch
 
 from captioning.checkpoint import load_captioner
 from captioning.train import train
+
 from conftest import DECODERS, TINY, compose_train
 
 

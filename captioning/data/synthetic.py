@@ -65,7 +65,13 @@ def scene_captions(objects: tuple[SceneObject, ...]) -> tuple[str, ...]:
     the = [f"the {o.position} has a {o.phrase}" for o in objects]
     at = [f"a {o.phrase} {_at(o.position)}" for o in objects]
     if len(objects) == 1:
-        return (a[0], f"there is {a[0]}", at[0], the[0], f"one {objects[0].phrase} {_where(objects[0].position)}")
+        return (
+            a[0],
+            f"there is {a[0]}",
+            at[0],
+            the[0],
+            f"one {objects[0].phrase} {_where(objects[0].position)}",
+        )
     return (
         f"{a[0]} and {a[1]}",
         f"there is {a[0]} and {a[1]}",

@@ -26,8 +26,10 @@ class Vocab:
     def build(cls, tokenized_captions: Iterable[Sequence[str]], min_count: int = 1) -> Vocab:
         """Keep words seen at least ``min_count`` times; ties are broken alphabetically (deterministic)."""
         counts = Counter(tok for caption in tokenized_captions for tok in caption)
-        kept = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
-                      key=lambda w: (-counts[w], w))
+        kept = sorted(
+            (w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
+            key=lambda w: (-counts[w], w),
+        )
         return cls([*SPECIALS, *kept])
 
     def __len__(self) -> int:

@@ -70,17 +70,22 @@ class ImageEncoder(nn.Module):
         return self
 
 
-def _conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int) -> nn.Sequential:
+def _conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int, padding: int) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(c_in, c_out, kernel, stride, padding=kernel // 2, bias=False),
+        nn.Conv2d(c_in, c_out, kernel, stride, padding, bias=False),
         nn.BatchNorm2d(c_out),
         nn.ReLU(inplace=True),
     )
 
 
 class SmallCNN(ImageEncoder):
-    """A tiny from-scratch CNN for the synthetic 96x96 scenes: three stride-2 3x3 blocks (96 -> 12 px,
-    widths w, 2w, 4w) and a 1x1 projection to ``out_dim``, then pooled to the grid."""
+    """A tiny from-scratch CNN for the synthetic 96x96 scenes, pooled to the grid at the end.
+
+    4x4/4 patchify stem (w) -> 3x3/2 (2w) -> 3x3/1 (4w) -> 1x1 projection to ``out_dim``: 96 px -> 12x12,
+    receptive field 28 px. The patchify stem replaces a 3x3/2 + 3x3/2 pair: on 2 idle CPU cores it halves
+    the step time (batch 64 at 96 px: ~27 ms forward, ~80 ms forward+backward, vs ~53 / ~150 ms) and
+    still widens the receptive field (28 vs 15 px).
+    """
 
     def __init__(self, out_dim: int = 128, grid_size: int = 6, width: int = 32):
         super().__init__()
@@ -91,10 +96,10 @@ class SmallCNN(ImageEncoder):
         self.mean = (0.5, 0.5, 0.5)
         self.std = (0.5, 0.5, 0.5)
         self.body = nn.Sequential(
-            _conv_bn_relu(3, width, 3, 2),
-            _conv_bn_relu(width, 2 * width, 3, 2),
-            _conv_bn_relu(2 * width, 4 * width, 3, 2),
-            _conv_bn_relu(4 * width, out_dim, 1, 1),
+            _conv_bn_relu(3, width, 4, 4, 0),  # (B, w, H/4, W/4)
+            _conv_bn_relu(width, 2 * width, 3, 2, 1),  # (B, 2w, H/8, W/8)
+            _conv_bn_relu(2 * width, 4 * width, 3, 1, 1),  # (B, 4w, H/8, W/8)
+            _conv_bn_relu(4 * width, out_dim, 1, 1, 0),  # (B, out_dim, H/8, W/8)
         )
 
     def forward(self, images: Tensor) -> Tensor:
@@ -107,6 +112,13 @@ def _missing_weights_message(what: str, weights_path: str | None) -> str:
         f"{what}: pretrained=True but {where}. Point weights_path at a local state dict "
         "(nothing is downloaded), or set `pretrained: false` to train from scratch"
     )
+
+
+def _check_out_dim(what: str, actual: int, declared: int | None) -> int:
+    """Backbones fix D; configs declare it (``out_dim``) so decoders can size themselves at compose time."""
+    if declared is not None and declared != actual:
+        raise ValueError(f"{what} gives {actual}-dim features but the config declares out_dim={declared}")
+    return actual
 
 
 class TorchvisionEncoder(ImageEncoder):
@@ -124,15 +136,20 @@ class TorchvisionEncoder(ImageEncoder):
         freeze: bool = True,
         grid_size: int = 14,
         fine_tune_from: int | None = None,
+        out_dim: int | None = None,
     ):
         super().__init__()
         if arch not in RESNET_ARCHS:
             raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(RESNET_ARCHS)}")
         if fine_tune_from is not None:
             if not freeze:
-                raise ValueError("fine_tune_from only applies with freeze=True (freeze=False trains everything)")
+                raise ValueError(
+                    "fine_tune_from only applies with freeze=True (freeze=False trains everything)"
+                )
             if fine_tune_from not in range(1, len(RESNET_STAGES) + 1):
-                raise ValueError(f"fine_tune_from must be 1..4 (first trainable layerN), got {fine_tune_from}")
+                raise ValueError(
+                    f"fine_tune_from must be 1..4 (first trainable layerN), got {fine_tune_from}"
+                )
         # weights=None: torchvision must never fetch anything; pretrained weights come from weights_path.
         net = getattr(torchvision.models, arch)(weights=None)
         if pretrained:
@@ -144,9 +161,11 @@ class TorchvisionEncoder(ImageEncoder):
             except RuntimeError as err:
                 raise ValueError(f"{weights_path} is not a torchvision {arch} state dict: {err}") from err
         elif weights_path is not None:
-            warnings.warn(f"TorchvisionEncoder: pretrained=False, ignoring weights_path={weights_path}", stacklevel=2)
+            warnings.warn(
+                f"TorchvisionEncoder: pretrained=False, ignoring weights_path={weights_path}", stacklevel=2
+            )
 
-        self.out_dim = net.fc.in_features
+        self.out_dim = _check_out_dim(f"TorchvisionEncoder({arch})", net.fc.in_features, out_dim)
         self.grid_size = grid_size
         self.mean = IMAGENET_MEAN
         self.std = IMAGENET_STD
@@ -180,6 +199,7 @@ class EfficientNetLite0Encoder(ImageEncoder):
         freeze: bool = True,
         grid_size: int = 14,
         stage: str = "stride16",
+        out_dim: int | None = None,
     ):
         super().__init__()
         if stage not in self.STAGES:
@@ -189,7 +209,9 @@ class EfficientNetLite0Encoder(ImageEncoder):
             # weights_path=None means the file shipped by the pip package; errors say `pretrained: false`.
             load_lite0_weights(net, weights_path)
         elif weights_path is not None:
-            warnings.warn(f"EfficientNetLite0Encoder: pretrained=False, ignoring {weights_path=}", stacklevel=2)
+            warnings.warn(
+                f"EfficientNetLite0Encoder: pretrained=False, ignoring {weights_path=}", stacklevel=2
+            )
 
         self.stage = stage
         self.grid_size = grid_size
@@ -199,11 +221,12 @@ class EfficientNetLite0Encoder(ImageEncoder):
         if stage == "stride16":
             self.blocks = nn.Sequential(*net._blocks[: STRIDE16_LAST_BLOCK + 1])
             self.head = nn.Identity()
-            self.out_dim = net._blocks[STRIDE16_LAST_BLOCK]._bn2.num_features
+            actual = net._blocks[STRIDE16_LAST_BLOCK]._bn2.num_features
         else:
             self.blocks = nn.Sequential(*net._blocks)
             self.head = net.head()
-            self.out_dim = net._bn1.num_features
+            actual = net._bn1.num_features
+        self.out_dim = _check_out_dim(f"EfficientNetLite0Encoder(stage={stage})", actual, out_dim)
         if freeze:
             self._freeze(["stem", "blocks", "head"])
 

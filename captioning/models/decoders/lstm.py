@@ -86,7 +86,17 @@ class LSTMDecoder(Decoder):
         return self.out(self.dropout(hidden_out)), att.weights, state  # (B, V), (B, L)
 
     def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
-        """Teacher forcing: ``tokens`` (B, T) are the inputs <start> w_1 .. w_{T-1}."""
+        """Teacher forcing: ``tokens`` (B, T) are the inputs <start> w_1 .. w_{T-1}.
+
+        A stochastic attention layer with ``num_samples`` K > 1 (several attention samples per caption,
+        e.g. for a leave-one-out baseline) makes training decode every row K times, the K copies of a
+        caption in adjacent rows: the output then has B·K rows and ``caption_loss`` repeats the targets.
+        """
+        k = getattr(self.attention, "num_samples", 1) if self.training else 1
+        if k > 1:
+            features = features.repeat_interleave(k, dim=0)  # (B·K, L, D)
+            tokens = tokens.repeat_interleave(k, dim=0)  # (B·K, T)
+            mask = None if mask is None else mask.repeat_interleave(k, dim=0)  # (B·K, L)
         state = self.init_state(features, mask)
         emb = self.embedding(tokens)  # (B, T, E)
         emb_gates = self.gates_emb(emb)  # (B, T, 4H): one matmul for all steps

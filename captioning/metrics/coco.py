@@ -1,0 +1,298 @@
+"""MS-COCO caption metrics (BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, SPICE) through pycocoevalcap.
+
+All scores are on the toolkit's 0-1 scale (papers usually print them x100). ``evaluate_results`` with
+``tokenizer="ptb"`` reproduces the official coco-caption demo; ``score_captions`` with
+``tokenizer="simple"`` is the fast, Java-free path used for validation during training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import shutil
+import subprocess
+import warnings
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from nltk.translate.bleu_score import corpus_bleu
+from pycocoevalcap.bleu.bleu import Bleu
+from pycocoevalcap.cider.cider import Cider
+from pycocoevalcap.meteor.meteor import Meteor
+from pycocoevalcap.rouge.rouge import Rouge
+from pycocoevalcap.spice import get_stanford_models as spice_models
+from pycocoevalcap.spice.spice import Spice
+from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+from pycocotools.coco import COCO
+
+from captioning.data.tokenize import tokenize
+
+METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
+TOKENIZERS = ("ptb", "simple", "none")
+_BLEU = METRICS[:4]
+
+Refs = dict[Hashable, list[str]]  # image id -> tokenised captions joined by spaces
+
+
+class _ClosingMeteor(Meteor):
+    """pycocoevalcap's Meteor with a ``close`` that ends java without the scorer lock: the original
+    ``__del__`` takes the lock first and blocks forever if ``compute_score`` raised while holding it."""
+
+    def close(self) -> str:
+        """Kill the java process (no-op if it exited), reap it and return the end of its stderr."""
+        self.meteor_p.kill()
+        _, stderr = self.meteor_p.communicate(timeout=30)  # also closes the pipes
+        return stderr.decode(errors="replace")[-500:]
+
+    def __del__(self) -> None:
+        proc = getattr(self, "meteor_p", None)  # absent when starting java failed in __init__
+        if proc is not None and proc.returncode is None:
+            self.close()
+
+
+def _java_missing() -> str | None:
+    return None if shutil.which("java") else "`java` is not on PATH (METEOR, SPICE and PTB tokenizer need it)"
+
+
+def spice_models_missing() -> str | None:
+    """Why SPICE cannot run here, or None. Checked up front because pycocoevalcap's ``Spice()`` would
+    otherwise try to download Stanford CoreNLP (~400 MB) from nlp.stanford.edu and hang or fail."""
+    lib = Path(spice_models.SPICEDIR) / spice_models.SPICELIB
+    needed = [lib / f"{spice_models.JAR}.jar", lib / f"{spice_models.JAR}-models.jar"]
+    missing = [p.name for p in needed if not p.is_file()]
+    if missing:
+        return f"Stanford CoreNLP jars {missing} are not in {lib} (pycocoevalcap would try to download them)"
+    return None
+
+
+def metric_unavailable_reason(metric: str) -> str | None:
+    """Why ``metric`` cannot be computed on this machine, or None when it can."""
+    if metric in ("METEOR", "SPICE") and (reason := _java_missing()):
+        return reason
+    return spice_models_missing() if metric == "SPICE" else None
+
+
+def _ptb_tokenize(captions: Mapping[Hashable, Sequence[str]]) -> Refs:
+    if reason := _java_missing():
+        raise RuntimeError(f"tokenizer='ptb' needs Java: {reason}; use tokenizer='simple' instead")
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = PTBTokenizer().tokenize({k: [{"caption": c} for c in v] for k, v in captions.items()})
+    # The wrapper zips java's output lines with the inputs; a caption with an odd line break would
+    # shift every later caption, so at least check that nothing was lost.
+    if sum(map(len, out.values())) != sum(map(len, captions.values())):
+        raise RuntimeError("PTB tokenizer returned a different number of captions than it was given")
+    return out
+
+
+def tokenize_captions(captions: Mapping[Hashable, Sequence[str]], tokenizer: str) -> Refs:
+    """Tokenise every caption with ``ptb`` (Stanford PTBTokenizer, Java), ``simple``
+    (:func:`captioning.data.tokenize.tokenize`) or ``none`` (already tokenised); tokens joined by spaces."""
+    if tokenizer == "ptb":
+        return _ptb_tokenize(captions)
+    if tokenizer == "simple":
+        return {k: [" ".join(tokenize(c)) for c in v] for k, v in captions.items()}
+    if tokenizer == "none":
+        return {k: [str(c) for c in v] for k, v in captions.items()}
+    raise ValueError(f"tokenizer must be one of {TOKENIZERS}, got {tokenizer!r}")
+
+
+def _check_inputs(references: Mapping[Hashable, Sequence[str]], hypotheses: Mapping[Hashable, str]) -> None:
+    ref_ids, hyp_ids = set(references), set(hypotheses)
+    if ref_ids != hyp_ids:
+        no_ref = sorted(hyp_ids - ref_ids, key=repr)
+        no_hyp = sorted(ref_ids - hyp_ids, key=repr)
+        raise ValueError(
+            "hypotheses and references must have the same image ids: "
+            f"{len(no_ref)} hypothesis ids have no references (e.g. {no_ref[:5]}), "
+            f"{len(no_hyp)} reference ids have no hypothesis (e.g. {no_hyp[:5]})"
+        )
+    if not ref_ids:
+        raise ValueError("no captions to score: references and hypotheses are empty")
+    for k in ref_ids:
+        if not isinstance(hypotheses[k], str):
+            raise ValueError(f"hypothesis of image {k!r} must be one string, got {hypotheses[k]!r}")
+        if isinstance(references[k], str) or len(references[k]) == 0:
+            raise ValueError(
+                f"image {k!r}: references must be a non-empty list of str, got {references[k]!r}"
+            )
+
+
+def _tokenize_pair(
+    references: Mapping[Hashable, Sequence[str]], hypotheses: Mapping[Hashable, str], tokenizer: str
+) -> tuple[Refs, Refs]:
+    """Checked and tokenised ``(gts, res)`` in pycocoevalcap's format (``res`` values: one-element lists)."""
+    _check_inputs(references, hypotheses)
+    # One tokenizer call for both sides saves a JVM start with tokenizer="ptb".
+    refs = {("ref", k): v for k, v in references.items()}
+    both = tokenize_captions({**refs, **{("hyp", k): [h] for k, h in hypotheses.items()}}, tokenizer)
+    return {k: both[("ref", k)] for k in references}, {k: both[("hyp", k)] for k in references}
+
+
+def _run_java_metric(name: str, gts: Refs, res: Refs) -> float:
+    if name == "SPICE":
+        with contextlib.redirect_stdout(io.StringIO()):
+            return float(Spice().compute_score(gts, res)[0])
+    meteor = _ClosingMeteor()
+    try:
+        return float(meteor.compute_score(gts, res)[0])
+    except (OSError, ValueError) as err:
+        raise RuntimeError(f"{err!r}; java stderr: {meteor.close()}") from err
+    finally:
+        if meteor.meteor_p.returncode is None:
+            meteor.close()
+
+
+def compute_scores(gts: Refs, res: Refs, metrics: Sequence[str]) -> tuple[dict[str, float], dict[str, str]]:
+    """Score tokenised captions (``res`` values are one-element lists, as in pycocoevalcap).
+
+    Returns ``(scores, skipped)``: scores on the 0-1 scale in :data:`METRICS` order, and
+    ``metric -> reason`` for the Java metrics that could not be computed here.
+    """
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metrics {unknown}; choose from {METRICS}")
+    scores: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    if any(m in _BLEU for m in metrics):  # one Bleu(4) pass yields BLEU-1..4
+        bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
+        scores.update({name: float(v) for name, v in zip(_BLEU, bleu) if name in metrics})
+    if "ROUGE_L" in metrics:
+        scores["ROUGE_L"] = float(Rouge().compute_score(gts, res)[0])
+    if "CIDEr" in metrics:  # the toolkit's Cider is CIDEr-D (sigma 6, clipped counts, x10)
+        scores["CIDEr"] = float(Cider().compute_score(gts, res)[0])
+    for name in ("METEOR", "SPICE"):
+        if name not in metrics:
+            continue
+        if reason := metric_unavailable_reason(name):
+            skipped[name] = reason
+            continue
+        try:
+            scores[name] = _run_java_metric(name, gts, res)
+        except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as err:
+            skipped[name] = f"{name} failed: {err}"
+    return {m: scores[m] for m in METRICS if m in scores}, skipped
+
+
+def nltk_bleu(gts: Refs, res: Refs) -> dict[str, float]:
+    """NLTK ``corpus_bleu`` BLEU-1..4 (0-1 scale, no smoothing) on the same tokens, as a cross-check.
+
+    It agrees with pycocoevalcap's BLEU up to the toolkit's 1e-9/1e-15 anti-zero constants, except
+    that NLTK returns 0 when some n-gram order has no match at all.
+    """
+    ids = list(gts)
+    refs = [[r.split() for r in gts[k]] for k in ids]
+    hyps = [res[k][0].split() for k in ids]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NLTK warns for every n-gram order without matches
+        return {f"Bleu_{n}": float(corpus_bleu(refs, hyps, weights=(1.0 / n,) * n)) for n in range(1, 5)}
+
+
+def score_captions(
+    references: Mapping[Hashable, Sequence[str]],
+    hypotheses: Mapping[Hashable, str],
+    metrics: Sequence[str] = ("Bleu_4", "CIDEr"),
+    tokenizer: str = "simple",
+) -> dict[str, float]:
+    """Corpus-level caption metrics on the 0-1 scale, ``{metric: score}`` in :data:`METRICS` order.
+
+    ``references`` maps image id -> reference captions, ``hypotheses`` image id -> one generated
+    caption; both must have the same ids. Metrics that cannot run here (SPICE without CoreNLP, Java
+    metrics without ``java``) are left out with a warning; :func:`evaluate_results` reports why.
+    """
+    gts, res = _tokenize_pair(references, hypotheses, tokenizer)
+    scores, skipped = compute_scores(gts, res, metrics)
+    for name, reason in skipped.items():
+        warnings.warn(f"{name} skipped: {reason}", RuntimeWarning, stacklevel=2)
+    return scores
+
+
+@dataclass
+class EvalReport:
+    """Result of :func:`evaluate_results`; every score is on the 0-1 scale."""
+
+    scores: dict[str, float]
+    skipped: dict[str, str]  # metric -> why it was not computed
+    nltk_bleu: dict[str, float]  # NLTK corpus_bleu BLEU-1..4 on the same tokens
+    num_images: int
+    tokenizer: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "scale": "0-1"}
+
+
+def evaluate_results(
+    results: Sequence[Mapping[str, Any]],
+    references: Mapping[Hashable, Sequence[str]],
+    metrics: Sequence[str] = METRICS,
+    tokenizer: str = "ptb",
+) -> EvalReport:
+    """Score a COCO results list ``[{"image_id", "caption"}]`` against ``references`` (id -> captions).
+
+    As in the official demo (``cocoEval.params['image_id'] = cocoRes.getImgIds()``), only the images in
+    ``results`` are scored; every one of them must have references and exactly one caption.
+    """
+    hypotheses: dict[Hashable, str] = {}
+    for i, result in enumerate(results):
+        if not isinstance(result, Mapping) or not {"image_id", "caption"} <= set(result):
+            raise ValueError(f"result {i} must be a mapping with 'image_id' and 'caption', got {result!r}")
+        if (image_id := result["image_id"]) in hypotheses:
+            raise ValueError(
+                f"image {image_id!r} has several captions in the results; the toolkit scores one"
+            )
+        hypotheses[image_id] = result["caption"]
+    refs = {k: references[k] for k in hypotheses if k in references}  # _check_inputs reports the missing
+    gts, res = _tokenize_pair(refs, hypotheses, tokenizer)
+    scores, skipped = compute_scores(gts, res, metrics)
+    return EvalReport(scores, skipped, nltk_bleu(gts, res), len(hypotheses), tokenizer)
+
+
+def load_coco_references(annotations_json: str | Path) -> dict[int, list[str]]:
+    """Image id -> reference captions from a COCO captions annotation file (e.g. captions_val2014.json)."""
+    path = Path(annotations_json)
+    if not path.is_file():
+        raise FileNotFoundError(f"reference annotations {path} do not exist")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
+            anns = COCO(str(path)).imgToAnns
+        refs = {int(i): [a["caption"] for a in anns[i]] for i in sorted(anns) if anns[i]}
+    except (AssertionError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{path} is not a COCO captions annotation file: {err!r}") from err
+    if not refs:
+        raise ValueError(f"{path} has no caption annotations")
+    return refs
+
+
+def load_results(results_json: str | Path, references: Mapping[Hashable, Sequence[str]]) -> list[dict]:
+    """Read a COCO results file ``[{"image_id", "caption"}]`` through pycocotools ``COCO.loadRes``.
+
+    Raises ``ValueError`` naming the file when it is malformed or has image ids not in ``references``.
+    """
+    path = Path(results_json)
+    if not path.is_file():
+        raise FileNotFoundError(f"results file {path} does not exist")
+    try:
+        anns = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"results file {path} is not valid JSON: {err}") from err
+    entries = anns if isinstance(anns, list) else [anns]  # anything but a list is wrong as a whole
+    bad = [a for a in entries if not isinstance(a, dict) or not isinstance(a.get("caption"), str)]
+    bad += [a for a in entries if isinstance(a, dict) and "image_id" not in a]
+    if not anns or bad:
+        raise ValueError(f"{path}: expected a non-empty list of {{image_id, caption: str}}, got {bad[:1]}")
+    unknown = sorted({a["image_id"] for a in anns} - set(references), key=repr)
+    if unknown:
+        raise ValueError(f"{path}: {len(unknown)} image ids are not in the references, e.g. {unknown[:5]}")
+    # loadRes needs the references as a COCO object; build one in memory.
+    coco, captions = COCO(), [(k, c) for k, caps in references.items() for c in caps]
+    coco.dataset = {
+        "images": [{"id": k} for k in references],
+        "annotations": [{"id": n, "image_id": k, "caption": c} for n, (k, c) in enumerate(captions, start=1)],
+    }
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+        res = coco.loadRes(copy.deepcopy(anns))  # loadRes adds "id" to the dicts in place
+    return [{"image_id": a["image_id"], "caption": a["caption"]} for a in res.dataset["annotations"]]

@@ -1,0 +1,151 @@
+"""Attention grounding on synthetic scenes: does the model look at the object it is naming?
+
+For every generated object word (a size, colour or shape word) we find the scene object that the
+caption's phrase describes, take the attention peak for that word, map the centre of the peak cell
+to pixel coordinates and count a hit when it falls inside the object's bounding box.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+SHAPES = frozenset({"circle", "square", "triangle"})
+COLORS = frozenset({"red", "green", "blue", "yellow"})
+SIZES = frozenset({"small", "big"})
+OBJECT_WORDS = SHAPES | COLORS | SIZES
+# Captions list objects as "a big red circle in the top left and a small blue square ...":
+# each object's phrase ends at one of these tokens.
+PHRASE_DELIMITERS = frozenset({"and", ",", ".", ";"})
+
+
+@dataclass(frozen=True)
+class SceneObject:
+    """One object of a synthetic scene; ``box`` is ``(x0, y0, x1, y1)`` in pixels of the image."""
+
+    shape: str
+    color: str
+    size: str
+    box: tuple[float, float, float, float]
+
+
+@dataclass
+class GroundingSample:
+    """One generated caption with its attention and the scene it describes.
+
+    ``attention[t]`` is the attention map (flattened row-major over the ``grid = (H, W)`` feature
+    cells) used when ``tokens[t]`` was generated; extra trailing rows (e.g. the ``<end>`` step) are
+    ignored. ``image_size`` is ``(W_img, H_img)`` in pixels, the frame of the object boxes.
+    ``objects`` are :class:`SceneObject` or mappings with keys ``shape, color, size, box``.
+    """
+
+    tokens: Sequence[str]
+    attention: Any  # numpy array or torch tensor, (T, H*W)
+    grid: tuple[int, int]
+    image_size: tuple[int, int]
+    objects: Sequence[SceneObject | Mapping[str, Any]]
+
+
+def _as_object(obj: SceneObject | Mapping[str, Any]) -> SceneObject:
+    if isinstance(obj, SceneObject):
+        return obj
+    missing = {"shape", "color", "size", "box"} - set(obj)
+    if missing:
+        raise ValueError(
+            f"scene object {obj!r} lacks keys {sorted(missing)}; expected shape, color, size, box"
+        )
+    box = tuple(float(v) for v in obj["box"])
+    if len(box) != 4:
+        raise ValueError(f"scene object box {obj['box']!r} must be (x0, y0, x1, y1) in pixels")
+    return SceneObject(shape=obj["shape"], color=obj["color"], size=obj["size"], box=box)  # type: ignore[arg-type]
+
+
+def _to_numpy(attention: Any) -> np.ndarray:
+    # torch tensors may live on a GPU or require grad; numpy() needs a detached CPU copy.
+    if hasattr(attention, "detach"):
+        attention = attention.detach().float().cpu().numpy()
+    return np.asarray(attention, dtype=np.float64)
+
+
+def split_phrases(tokens: Sequence[str]) -> list[list[int]]:
+    """Token indices grouped into object phrases, split at ``and`` / punctuation (delimiters dropped)."""
+    phrases: list[list[int]] = [[]]
+    for i, tok in enumerate(tokens):
+        if tok in PHRASE_DELIMITERS:
+            phrases.append([])
+        else:
+            phrases[-1].append(i)
+    return [p for p in phrases if p]
+
+
+def match_phrase(words: Sequence[str], objects: Sequence[SceneObject]) -> int | None:
+    """Index of the only object whose attributes agree with every size/colour/shape word of the phrase.
+
+    ``None`` when no object or several objects agree (the word cannot be grounded unambiguously), or
+    when the phrase gives two different values for one attribute ("red blue circle").
+    """
+    wanted: dict[str, str] = {}
+    for word in words:
+        attr = "shape" if word in SHAPES else "color" if word in COLORS else "size" if word in SIZES else None
+        if attr is None:
+            continue
+        if wanted.setdefault(attr, word) != word:
+            return None
+    if not wanted:
+        return None
+    hits = [i for i, obj in enumerate(objects) if all(getattr(obj, a) == v for a, v in wanted.items())]
+    return hits[0] if len(hits) == 1 else None
+
+
+def peak_pixel(
+    attention_row: np.ndarray, grid: tuple[int, int], image_size: tuple[int, int]
+) -> tuple[float, float]:
+    """Pixel ``(x, y)`` of the centre of the most attended cell (first one on ties, row-major)."""
+    h, w = grid
+    img_w, img_h = image_size
+    cell = int(np.argmax(attention_row))
+    row, col = divmod(cell, w)  # flattened index over (H, W), row-major
+    return (col + 0.5) * img_w / w, (row + 0.5) * img_h / h
+
+
+def _inside(x: float, y: float, box: tuple[float, float, float, float]) -> bool:
+    x0, y0, x1, y1 = box
+    return x0 <= x <= x1 and y0 <= y <= y1
+
+
+def grounding_accuracy(samples: Sequence[GroundingSample]) -> dict[str, float | int]:
+    """Fraction of matched object words whose attention peak lies inside the named object's box.
+
+    Returns ``{"grounding": hits / words, "words": words, "unmatched": n}`` where ``words`` counts the
+    object words that could be matched to exactly one scene object and ``unmatched`` those that could
+    not (excluded from the ratio). ``grounding`` is NaN when no word was matched.
+    Box borders count as inside.
+    """
+    hits = total = unmatched = 0
+    for k, sample in enumerate(samples):
+        attention = _to_numpy(sample.attention)
+        h, w = sample.grid
+        tokens = list(sample.tokens)
+        if attention.ndim != 2 or attention.shape[1] != h * w or attention.shape[0] < len(tokens):
+            raise ValueError(
+                f"sample {k}: attention has shape {attention.shape}, expected (T >= {len(tokens)} tokens, "
+                f"H*W = {h}*{w} = {h * w}) for grid {sample.grid}"
+            )
+        objects = [_as_object(o) for o in sample.objects]
+        for phrase in split_phrases(tokens):
+            object_positions = [i for i in phrase if tokens[i] in OBJECT_WORDS]
+            if not object_positions:
+                continue
+            target = match_phrase([tokens[i] for i in phrase], objects)
+            if target is None:
+                unmatched += len(object_positions)
+                continue
+            for i in object_positions:
+                x, y = peak_pixel(attention[i], sample.grid, sample.image_size)
+                hits += _inside(x, y, objects[target].box)
+                total += 1
+    return {"grounding": hits / total if total else math.nan, "words": total, "unmatched": unmatched}

@@ -1,0 +1,88 @@
+"""`captioning caption` end to end on a tiny checkpoint trained for a few steps."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from captioning.cli.main import main
+from captioning.data.synthetic import render_scene
+from captioning.train import train
+
+from conftest import TINY, compose_train
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny_run")
+    cfg = compose_train([*TINY, "trainer.max_epochs=1"], out)
+    return train(cfg)
+
+
+@pytest.fixture
+def scene_files(tmp_path):
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"scene{i}.png"
+        Image.fromarray(render_scene((99, i)).image).save(path)
+        paths.append(path)
+    return paths
+
+
+def test_caption_json_shapes(tiny_checkpoint, scene_files, capsys):
+    assert main(["caption", *map(str, scene_files), "--checkpoint", tiny_checkpoint, "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2
+    for line, path in zip(lines, scene_files):
+        obj = json.loads(line)
+        assert set(obj) == {"image", "caption", "tokens", "grid", "attention", "score"}
+        assert obj["image"] == str(path) and obj["grid"] == [3, 3]
+        assert obj["caption"] == " ".join(obj["tokens"])
+        assert "<start>" not in obj["tokens"] and "<end>" not in obj["tokens"]
+        assert len(obj["attention"]) == len(obj["tokens"])
+        for row in obj["attention"]:
+            assert len(row) == 9 and abs(sum(row) - 1.0) < 1e-4
+        assert obj["score"] <= 0.0
+
+
+def test_caption_beam_and_overlay(tiny_checkpoint, scene_files, tmp_path, capsys):
+    overlay = tmp_path / "att.png"
+    code = main(
+        [
+            "caption",
+            str(scene_files[0]),
+            "--checkpoint",
+            tiny_checkpoint,
+            "--beam",
+            "3",
+            "--max-length",
+            "4",
+            "--overlay",
+            str(overlay),
+        ]
+    )
+    assert code == 0
+    image, caption = capsys.readouterr().out.strip().split("\t")[:2]
+    assert image == str(scene_files[0]) and len(caption.split()) <= 4
+    png = np.asarray(Image.open(overlay))
+    assert png.ndim == 3 and png.shape[0] > 100 and png.shape[1] > 100
+    assert png[..., :3].std() > 5  # an actual picture, not a blank canvas
+
+
+def test_caption_reports_bad_files_and_exits_nonzero(tiny_checkpoint, scene_files, tmp_path, capsys):
+    bad = tmp_path / "notes.jpg"
+    bad.write_text("this is not a JPEG")
+    missing = tmp_path / "missing.png"
+    code = main(["caption", str(scene_files[0]), str(bad), str(missing), "--checkpoint", tiny_checkpoint])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out.startswith(str(scene_files[0]))  # the good image is still captioned
+    assert f"{bad}: not a readable image" in captured.err and f"{missing}: no such image file" in captured.err
+
+
+def test_caption_refuses_a_non_checkpoint(tmp_path, scene_files, capsys):
+    fake = tmp_path / "model.ckpt"
+    fake.write_bytes(b"\x00" * 100)
+    assert main(["caption", str(scene_files[0]), "--checkpoint", str(fake)]) == 2
+    assert "not a readable checkpoint" in capsys.readouterr().err
