@@ -3,6 +3,7 @@
 import pytest
 
 from captioning.train import train
+
 from conftest import SHARED_DATA, compose_train
 
 FLICKR8K = SHARED_DATA / "flickr8k"
