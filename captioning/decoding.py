@@ -46,7 +46,7 @@ def greedy(
     state = decoder.init_state(features, mask)
     tokens = torch.full((b,), start_id, dtype=torch.long, device=features.device)
     finished = torch.zeros(b, dtype=torch.bool, device=features.device)
-    log_prob = features.new_zeros(b)
+    log_prob = torch.zeros(b, device=features.device)  # fp32 sums even under bf16 autocast
     lengths = torch.zeros(b, dtype=torch.long, device=features.device)
     out_tokens, out_att = [], []
     for _ in range(max_length):

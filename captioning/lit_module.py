@@ -102,10 +102,8 @@ class CaptionLitModule(pl.LightningModule):
         refs = {image_id: refs for image_id, _, refs in generated}
         scores = score_captions(refs, hyps, metrics=self.val_metrics, tokenizer="simple")
         for name, value in scores.items():
-            # Every rank logs the same globally computed value; no reduction needed.
-            self.log(
-                f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr"), rank_zero_only=False
-            )
+            # Every rank holds the same globally computed value, so the sync's mean is that value.
+            self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr"), sync_dist=True)
 
     def _gather(self, items: list) -> list:
         """All ranks' (image_id, caption, refs), deduplicated by image (DistributedSampler pads)."""

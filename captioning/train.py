@@ -14,8 +14,11 @@ os.environ.setdefault("WANDB_MODE", "offline")
 import hydra  # noqa: E402
 import pytorch_lightning as pl  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
+from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 
 from captioning.lit_module import CaptionLitModule  # noqa: E402
+from captioning.preflight import check_model_config  # noqa: E402
+from captioning.resume import check_resume_matches, resolve_ckpt_path  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 
@@ -25,7 +28,17 @@ def instantiate_dict(cfg: DictConfig | None) -> list:
     return [hydra.utils.instantiate(node) for node in (cfg or {}).values() if node is not None]
 
 
+def finish_runs(loggers: list) -> None:
+    """End W&B runs: Lightning leaves them open, and the next job of a Hydra sweep would log into them."""
+    for logger in loggers:
+        if isinstance(logger, WandbLogger):
+            logger.experiment.finish()  # a no-op dummy on DDP ranks other than 0
+
+
 def train(cfg: DictConfig) -> str:
+    # Config mistakes fail here in seconds, before the data is read or any training time is spent.
+    check_model_config(cfg)
+    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), cfg.output_dir)  # "last" -> output_dir/checkpoints
     pl.seed_everything(cfg.seed, workers=True)
 
     # Data first: the vocabulary fixes the decoder's output size.
@@ -39,6 +52,8 @@ def train(cfg: DictConfig) -> str:
     model: CaptionLitModule = hydra.utils.instantiate(
         cfg.model, vocab=vocab.to_dict(), net_config=net_yaml, _convert_="all"
     )
+    if ckpt_path:  # resuming: the data must give the same vocabulary, the model the same config
+        check_resume_matches(ckpt_path, vocab.to_dict(), net_yaml)
 
     callbacks = instantiate_dict(cfg.get("callbacks"))
     loggers = instantiate_dict(cfg.get("logger"))
@@ -46,17 +61,20 @@ def train(cfg: DictConfig) -> str:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer: pl.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    # weights_only: resuming never unpickles code either (the checkpoint holds tensors and plain data).
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     if cfg.get("run_test"):
         trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
+    finish_runs(loggers)
     return best
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     best = train(cfg)
-    print(f"best checkpoint: {best}", flush=True)
+    if int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0:
+        print(f"best checkpoint: {best}", flush=True)  # once, even under DDP
 
 
 if __name__ == "__main__":

@@ -11,9 +11,12 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import os
+
 import matplotlib
 
-matplotlib.use("Agg")  # headless: no display on training nodes
+if "MPLBACKEND" not in os.environ:  # Jupyter sets it (inline figures); elsewhere stay headless
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402

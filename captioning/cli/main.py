@@ -8,9 +8,9 @@ import sys
 
 os.environ.setdefault("WANDB_MODE", "offline")
 
-from captioning.cli import caption, score  # noqa: E402
+from captioning.cli import caption, evaluate, score  # noqa: E402
 
-SUBCOMMANDS = {"caption": caption, "score": score}
+SUBCOMMANDS = {"caption": caption, "evaluate": evaluate, "score": score}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,11 +3,15 @@
 Training samples are (image, one caption) pairs, so every reference is seen once per epoch; validation
 and test samples are images with all their references (the metrics need every reference).
 Images leave the data module as float tensors in [0, 1]; the encoder applies its own normalisation.
+With a ``feature_cache`` (frozen encoders only) the ``images`` entry of a batch holds the cached grid
+features (B, L, D) instead, which ``Captioner.encode`` passes through.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytorch_lightning as pl
 import torch
@@ -19,6 +23,9 @@ from torchvision.transforms import functional as TF
 from captioning.data.sources import CaptionSource
 from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
+
+if TYPE_CHECKING:
+    from captioning.data.features import FeatureCache
 
 
 def image_to_tensor(image, image_size: int) -> Tensor:
@@ -42,11 +49,24 @@ def encode_split(source: CaptionSource, vocab: Vocab, max_length: int) -> Encode
     return EncodedSplit(source, tokens)
 
 
+class ImageLoader:
+    """``loader(i)`` -> image i of a source as a (3, S, S) tensor: the model input without a feature cache."""
+
+    def __init__(self, source: CaptionSource, image_size: int):
+        self.source, self.image_size = source, image_size
+
+    def __call__(self, i: int) -> Tensor:
+        return image_to_tensor(self.source.image(i), self.image_size)
+
+
+Inputs = Callable[[int], Tensor]  # image index -> model input: (3, S, S) image or (L, D) cached features
+
+
 class PairDataset(Dataset):
     """One (image, caption) pair per item: image i with caption k."""
 
-    def __init__(self, split: EncodedSplit, image_size: int):
-        self.split, self.image_size = split, image_size
+    def __init__(self, split: EncodedSplit, inputs: Inputs):
+        self.split, self.inputs = split, inputs
         self.index = [(i, k) for i, caps in enumerate(split.tokens) for k in range(len(caps))]
 
     def __len__(self) -> int:
@@ -54,15 +74,18 @@ class PairDataset(Dataset):
 
     def __getitem__(self, n: int) -> dict:
         i, k = self.index[n]
-        image = image_to_tensor(self.split.source.image(i), self.image_size)
-        return {"images": image, "tokens": self.split.tokens[i][k], "image_ids": self.split.source.image_id(i)}
+        return {
+            "images": self.inputs(i),
+            "tokens": self.split.tokens[i][k],
+            "image_ids": self.split.source.image_id(i),
+        }
 
 
 class ImageDataset(Dataset):
     """One image per item with all its references (and the first one encoded, for a val loss)."""
 
-    def __init__(self, split: EncodedSplit, image_size: int):
-        self.split, self.image_size = split, image_size
+    def __init__(self, split: EncodedSplit, inputs: Inputs):
+        self.split, self.inputs = split, inputs
 
     def __len__(self) -> int:
         return len(self.split.source)
@@ -70,7 +93,7 @@ class ImageDataset(Dataset):
     def __getitem__(self, i: int) -> dict:
         src = self.split.source
         return {
-            "images": image_to_tensor(src.image(i), self.image_size),
+            "images": self.inputs(i),
             "tokens": self.split.tokens[i][0],
             "image_ids": src.image_id(i),
             "references": list(src.captions(i)),
@@ -80,7 +103,7 @@ class ImageDataset(Dataset):
 
 def collate(items: list[dict]) -> dict:
     batch = {
-        "images": torch.stack([it["images"] for it in items]),  # (B, 3, S, S)
+        "images": torch.stack([it["images"] for it in items]),  # (B, 3, S, S), or (B, L, D) cached features
         "tokens": pad_sequence([it["tokens"] for it in items], batch_first=True, padding_value=Vocab.pad_id),
         "image_ids": [it["image_ids"] for it in items],
     }
@@ -102,6 +125,7 @@ class CaptionDataModule(pl.LightningDataModule):
         num_workers: int = 0,
         min_word_count: int = 1,
         max_caption_length: int = 30,
+        feature_cache: FeatureCache | None = None,
     ):
         super().__init__()
         if batch_size <= 0 or eval_batch_size <= 0:
@@ -110,6 +134,7 @@ class CaptionDataModule(pl.LightningDataModule):
         self.image_size, self.batch_size, self.eval_batch_size = image_size, batch_size, eval_batch_size
         self.num_workers, self.min_word_count = num_workers, min_word_count
         self.max_caption_length = max_caption_length
+        self.feature_cache = feature_cache
         self.vocab: Vocab | None = None
         self.splits: dict[str, EncodedSplit] = {}
 
@@ -128,6 +153,16 @@ class CaptionDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         self.build_vocab()
+        net = getattr(self.trainer.lightning_module, "net", None) if self.trainer is not None else None
+        if self.feature_cache is not None and net is not None:
+            # The checkpoint keeps the model's encoder for raw images: it must be the one that made the cache.
+            self.feature_cache.verify(net.encoder)
+
+    def inputs(self, name: str) -> Inputs:
+        """Model inputs of split ``name``: images, or cached features (computed now if missing)."""
+        if self.feature_cache is None:
+            return ImageLoader(self.sources[name], self.image_size)
+        return self.feature_cache.features(self.sources[name], self.image_size)
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
         return DataLoader(
@@ -141,10 +176,14 @@ class CaptionDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(PairDataset(self.split("train"), self.image_size), self.batch_size, shuffle=True)
+        return self._loader(
+            PairDataset(self.split("train"), self.inputs("train")), self.batch_size, shuffle=True
+        )
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(ImageDataset(self.split("val"), self.image_size), self.eval_batch_size, False)
+        return self._loader(ImageDataset(self.split("val"), self.inputs("val")), self.eval_batch_size, False)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(ImageDataset(self.split("test"), self.image_size), self.eval_batch_size, False)
+        return self._loader(
+            ImageDataset(self.split("test"), self.inputs("test")), self.eval_batch_size, False
+        )

@@ -26,6 +26,19 @@ class Captioner(nn.Module):
         return self.encoder.grid_size
 
     def encode(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) images -> (B, L, D) grid; a (B, L, D) input is already a grid and passes through.
+
+        The pass-through lets training read precomputed features of a frozen encoder
+        (captioning.data.features) while the checkpoint keeps the encoder for raw images.
+        """
+        if images.dim() == 3:
+            expected = (self.grid_size**2, self.encoder.out_dim)
+            if tuple(images.shape[1:]) != expected:
+                raise ValueError(
+                    f"precomputed features have shape {tuple(images.shape)}, expected (B, L, D) = "
+                    f"(B, {expected[0]}, {expected[1]}) for this encoder's {self.grid_size}x{self.grid_size} grid"
+                )
+            return images
         return self.encoder((images - self.mean) / self.std)  # (B, 3, H, W) -> (B, L, D)
 
     def forward(self, images: Tensor, tokens: Tensor) -> DecoderOutput:

@@ -1,0 +1,231 @@
+"""Cached grid features of a frozen encoder: every image is encoded once, then reused by every run.
+
+With a frozen encoder (Xu et al. keep the CNN fixed) the grid a_i of an image never changes, yet a
+training run would recompute it every epoch; on a CPU that is most of the step time. ``FeatureCache``
+computes the (L, D) grid of every image once and keeps it on disk:
+
+    cache_dir/<key>/index.json          image key -> [chunk, row, image id], plus the key's ingredients
+    cache_dir/<key>/chunk-NNN.npy       (N, L, D) float16, read memory-mapped
+
+``<key>`` hashes everything the features depend on: the encoder's class, module structure
+(``repr``: every layer's shape and stride), grid size and output width, a hash of its state dict (weights
+and BN statistics), the input image size and normalisation. Change any of them and a fresh directory is
+used, so stale features are never read. Images are stored as float16 to halve disk and page cache
+(Flickr8k at 14x14x112: 307 MB instead of 614 MB); the rounding error (relative 2^-11) is far below
+what changes a caption. Chunks grow incrementally: images already cached (say the val split shared
+by test, or a ``limit``-ed subset) are not recomputed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from captioning.data.datamodule import image_to_tensor
+from captioning.data.sources import CaptionSource, RecordSource
+
+FORMAT_VERSION = 1  # bump when the layout or the way features are computed changes
+STORAGE_DTYPE = np.float16
+
+
+def state_dict_hash(module: nn.Module) -> str:
+    """SHA-256 over every parameter and buffer (name, dtype, shape, bytes), in a fixed order."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes: exact, any dtype
+    return digest.hexdigest()
+
+
+def image_key(source: CaptionSource, i: int) -> str:
+    """What identifies image i's pixels: the file (path, size, mtime) on disk, else a hash of the pixels.
+
+    Image ids alone are not enough: synthetic scenes of every split and seed are numbered 0..N-1.
+    """
+    if isinstance(source, RecordSource):
+        path = Path(source.records[i].path).resolve()
+        stat = path.stat()
+        return f"file:{path}:{stat.st_size}:{stat.st_mtime_ns}"
+    image = source.image(i)
+    return f"pixels:{image.size}:{hashlib.sha1(image.tobytes()).hexdigest()}"
+
+
+class CachedFeatures:
+    """``features(i)`` -> the (L, D) float32 grid of image i of one source, read from the memory maps.
+
+    Picklable without its open maps, so DataLoader workers reopen the files instead of copying them.
+    """
+
+    def __init__(self, directory: Path, chunks: list[str], rows: list[tuple[int, int]]):
+        self.directory, self.chunks = Path(directory), list(chunks)
+        self.rows = np.asarray(rows, dtype=np.int64).reshape(-1, 2)  # (N, 2): chunk, row
+        self._maps: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __call__(self, i: int) -> Tensor:
+        chunk, row = (int(v) for v in self.rows[i])
+        if chunk not in self._maps:
+            self._maps[chunk] = np.load(self.directory / self.chunks[chunk], mmap_mode="r")
+        return torch.from_numpy(self._maps[chunk][row].astype(np.float32))  # (L, D)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_maps": {}}
+
+
+class FeatureCache:
+    """Encodes the images of a source once with a frozen ``encoder``; see the module docstring."""
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        cache_dir: str | Path,
+        batch_size: int = 32,
+        device: str = "cpu",
+        progress: bool = True,
+    ):
+        if any(p.requires_grad for p in encoder.parameters()):
+            raise ValueError(
+                f"FeatureCache needs a frozen encoder, but {type(encoder).__name__} has trainable parameters: "
+                "cached features would silently stop it from training. Use a frozen encoder "
+                "(model.net.encoder.freeze=true) or drop data.feature_cache"
+            )
+        if batch_size <= 0:
+            raise ValueError(f"FeatureCache batch_size must be positive, got {batch_size}")
+        self.encoder = encoder.eval()
+        self.cache_dir = Path(cache_dir)
+        self.batch_size, self.device, self.progress = batch_size, torch.device(device), progress
+        self.weights_hash = state_dict_hash(encoder)
+
+    # -- identity ----------------------------------------------------------------------------------
+    def key_ingredients(self, image_size: int) -> dict:
+        enc = self.encoder
+        return {
+            "format": FORMAT_VERSION,
+            "encoder": f"{type(enc).__module__}.{type(enc).__qualname__}",
+            "structure": repr(enc),
+            "grid_size": int(enc.grid_size),
+            "out_dim": int(enc.out_dim),
+            "weights_sha256": self.weights_hash,
+            "image_size": int(image_size),
+            "mean": [float(v) for v in enc.mean],
+            "std": [float(v) for v in enc.std],
+            "dtype": np.dtype(STORAGE_DTYPE).name,
+        }
+
+    def directory(self, image_size: int) -> Path:
+        """``cache_dir/<Encoder>-<S>px-<hash of the key's ingredients>``: readable, and unique per key."""
+        ingredients = json.dumps(self.key_ingredients(image_size), sort_keys=True)
+        digest = hashlib.sha256(ingredients.encode()).hexdigest()[:16]
+        return self.cache_dir / f"{type(self.encoder).__name__}-{image_size}px-{digest}"
+
+    def verify(self, encoder: nn.Module) -> None:
+        """Raise unless ``encoder`` has exactly the weights the cached features were computed with."""
+        if state_dict_hash(encoder) != self.weights_hash:
+            raise ValueError(
+                "the model's encoder weights differ from the feature cache's encoder: training on these "
+                "features would save a checkpoint whose encoder does not produce them. Use a pretrained, "
+                "frozen encoder (identical on every instantiation), or drop data.feature_cache"
+            )
+
+    # -- computing and reading ---------------------------------------------------------------------
+    def features(self, source: CaptionSource, image_size: int) -> CachedFeatures:
+        """The cached features of every image of ``source``, encoding (and storing) the missing ones."""
+        directory = self.directory(image_size)
+        directory.mkdir(parents=True, exist_ok=True)
+        keys = [image_key(source, i) for i in range(len(source))]
+        with _locked(directory / ".lock"):  # concurrent runs (DDP ranks, sweeps) encode each image once
+            index = _read_index(directory, self.key_ingredients(image_size))
+            todo: dict[str, int] = {}  # image key -> first index with those pixels
+            for i, key in enumerate(keys):
+                if key not in index["images"]:
+                    todo.setdefault(key, i)
+            if todo:
+                self._encode_chunk(source, todo, directory, index, image_size)
+            rows = [tuple(index["images"][k][:2]) for k in keys]
+        return CachedFeatures(directory, index["chunks"], rows)
+
+    @torch.no_grad()
+    def _encode_chunk(
+        self, source: CaptionSource, todo: dict[str, int], directory: Path, index: dict, image_size: int
+    ) -> None:
+        """Encode images ``todo`` (key -> index) into one new chunk, then record them in the index."""
+        indices = list(todo.values())
+        chunk_id = len(index["chunks"])
+        name = f"chunk-{chunk_id:03d}.npy"
+        tmp = directory / f"{name}.partial"
+        mean = torch.tensor(self.encoder.mean, device=self.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.encoder.std, device=self.device).view(1, 3, 1, 1)
+        encoder = self.encoder.to(self.device)
+        store = None
+        bar = tqdm(
+            total=len(indices),
+            desc=f"caching features in {directory.name}",
+            unit="img",
+            disable=not self.progress,
+        )
+        for start in range(0, len(indices), self.batch_size):
+            batch_idx = indices[start : start + self.batch_size]
+            images = [image_to_tensor(source.image(i), image_size) for i in batch_idx]
+            images = torch.stack(images)  # (B, 3, S, S)
+            # The same normalisation as Captioner.encode, so cached and live grids agree.
+            grid = encoder((images.to(self.device) - mean) / std)  # (B, L, D)
+            if store is None:
+                shape = (len(indices), *grid.shape[1:])
+                store = np.lib.format.open_memmap(tmp, mode="w+", dtype=STORAGE_DTYPE, shape=shape)
+            store[start : start + len(batch_idx)] = grid.float().cpu().numpy().astype(STORAGE_DTYPE)
+            bar.update(len(batch_idx))
+        bar.close()
+        store.flush()
+        del store
+        os.replace(tmp, directory / name)  # complete chunks only: an interrupted run leaves a .partial
+        index["chunks"].append(name)
+        for row, (key, i) in enumerate(todo.items()):
+            index["images"][key] = [chunk_id, row, source.image_id(i)]
+        _write_json(directory / "index.json", index)
+
+
+def _read_index(directory: Path, ingredients: dict) -> dict:
+    path = directory / "index.json"
+    if not path.is_file():
+        return {"key": ingredients, "chunks": [], "images": {}}
+    try:
+        index = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{path}: corrupt feature-cache index ({err}); delete {directory} to rebuild it"
+        ) from err
+    if index.get("key") != ingredients:
+        raise ValueError(
+            f"{path}: the cache directory's key does not match this encoder/image size (hash collision or "
+            f"edited files); delete {directory} to rebuild it"
+        )
+    return index
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".json.partial")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)  # atomic: readers see the old or the new index, never half of one
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,64 @@
+"""Score-function (REINFORCE) gradient estimation for stochastic hard attention, as pure tensor math.
+
+Sign convention, derived once here (Xu et al. §4.1, eq. 10-12). With locations s ~ p(s | a) = Π_t α_{t,s_t}
+the model maximises the variational lower bound
+
+    L_s = Σ_s p(s | a) log p(y | s, a)  ≤  log p(y | a)                                   (eq. 10)
+
+    ∂L_s/∂W = Σ_s p(s | a) [ ∂log p(y | s, a)/∂W  +  log p(y | s, a) · ∂log p(s | a)/∂W ]   (eq. 11)
+            ≈ 1/N Σ_n [ ∂log p(y | s̃ⁿ, a)/∂W  +  (r_n − b) · ∂log p(s̃ⁿ | a)/∂W ],  r_n = log p(y | s̃ⁿ, a)
+
+The baseline b may be any quantity that does not depend on s̃ⁿ: E[(r − b) ∂log p(s̃)] = E[r ∂log p(s̃)]
+because E[∂log p(s̃)] = Σ_s ∂p(s) = ∂1 = 0, so the estimate stays unbiased while its variance drops.
+
+We *minimise* a loss. The cross-entropy −log p(y | s̃, a) (s̃ held fixed) already supplies the first term
+with the right sign. The second term comes from the surrogate
+
+    surrogate = −(r − b) · log p(s̃ | a) = −(r − b) · Σ_t log α_{t, s̃_t},    r and b detached (constants)
+
+whose gradient is −(r − b) ∂log p(s̃)/∂W: exactly the negative of eq. 12's second term, so gradient
+descent on it ascends L_s. Sanity check: a caption that went better than usual (r > b) makes the
+surrogate decrease as log p(s̃) increases, i.e. descent makes the locations that produced it more likely.
+An entropy *bonus* λ_H·H is maximised, so it enters the loss as −λ_H·H.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+def score_function_surrogate(log_prob: Tensor, advantage: Tensor, token_mask: Tensor) -> Tensor:
+    """Σ over captions of −advantage · Σ_t log p(s_t), padded steps excluded (summed, not averaged).
+
+    ``log_prob`` (B, T) log α_{t, s_t} of the sampled locations, ``advantage`` (B,) r − b (detached here,
+    so no gradient can leak through the reward or the baseline), ``token_mask`` (B, T) 1 on real steps.
+    """
+    if log_prob.shape != token_mask.shape or advantage.shape != log_prob.shape[:1]:
+        raise ValueError(
+            f"score_function_surrogate: log_prob {tuple(log_prob.shape)} and token_mask "
+            f"{tuple(token_mask.shape)} must both be (B, T) and advantage {tuple(advantage.shape)} must be (B,)"
+        )
+    caption_log_prob = (log_prob * token_mask).sum(1)  # (B,) log p(s̃ | a) = Σ_t log α_{t, s̃_t}
+    return -(advantage.detach() * caption_log_prob).sum()
+
+
+def leave_one_out_baseline(reward: Tensor, num_samples: int) -> Tensor:
+    """For K samples per caption, each sample's baseline is the mean reward of the *other* K − 1.
+
+    ``reward`` (B·K,) with the K samples of a caption in adjacent rows -> (B·K,). Sample k's baseline is
+    independent of sample k itself, which is what keeps the estimator unbiased.
+    """
+    if num_samples < 2:
+        raise ValueError(f"leave_one_out_baseline needs num_samples >= 2, got {num_samples}")
+    if reward.dim() != 1 or reward.shape[0] % num_samples:
+        raise ValueError(
+            f"leave_one_out_baseline: reward must be (B·K,) with K={num_samples}, got {tuple(reward.shape)}"
+        )
+    grouped = reward.view(-1, num_samples)  # (B, K)
+    others = (grouped.sum(1, keepdim=True) - grouped) / (num_samples - 1)  # (B, K)
+    return others.reshape(-1)  # (B·K,)
+
+
+def moving_average(baseline: Tensor, reward_mean: Tensor, decay: float) -> Tensor:
+    """b ← decay·b + (1 − decay)·mean reward (the authors' code uses decay = 0.9)."""
+    return decay * baseline + (1.0 - decay) * reward_mean

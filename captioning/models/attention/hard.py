@@ -1,0 +1,252 @@
+"""Stochastic "hard" attention (Xu et al. §4.1): the context is one grid cell a_{s_t}, not an average.
+
+Both layers score locations exactly as soft attention does (they subclass AdditiveAttention, reusing
+``precompute`` and ``scores``), so hard and soft differ only in how α_t is used:
+
+* ``ReinforceHardAttention`` samples s_t ~ Categorical(α_t) and trains α with the score-function
+  (REINFORCE) estimator of the variational lower bound (see ``estimators.py`` for the derivation and
+  sign conventions), a baseline and an entropy bonus.
+* ``GumbelHardAttention`` picks s_t by Gumbel-max in the forward pass and back-propagates through the
+  Gumbel-softmax relaxation (straight-through), with an annealed temperature τ.
+
+In eval mode both take the most likely location (deterministic, so greedy and beam search are
+reproducible), or sample it when ``sample_at_inference``. ``weights`` are then one-hot rows, which the
+overlay renderer draws as crisp cells. Training state (baseline, step counter) lives in buffers so it is
+checkpointed, and changes only in training mode: ``auxiliary_loss`` also runs on validation batches.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from captioning.models.attention.base import AttentionOutput, entropy_of, masked_softmax
+from captioning.models.attention.estimators import (
+    leave_one_out_baseline,
+    moving_average,
+    score_function_surrogate,
+)
+from captioning.models.attention.soft import AdditiveAttention
+
+BASELINES = ("none", "moving_average", "leave_one_out")
+
+
+def masked_log_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """log α over the last dim; invalid locations get a huge negative value (never sampled)."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return torch.log_softmax(scores, dim=-1)
+
+
+def per_token_mean(values: Tensor, token_mask: Tensor) -> Tensor:
+    """Σ_{b,t} values·mask / Σ mask: the same normalisation as the cross-entropy (per target token)."""
+    return (values * token_mask).sum() / token_mask.sum().clamp_min(1.0)
+
+
+class HardAttention(AdditiveAttention):
+    """Shared parts: choosing one location and building the one-hot output."""
+
+    def __init__(
+        self, feature_dim: int, query_dim: int, attention_dim: int = 512, sample_at_inference: bool = False
+    ):
+        super().__init__(feature_dim, query_dim, attention_dim)
+        self.sample_at_inference = sample_at_inference
+
+    def choose(self, alphas: Tensor) -> Tensor:
+        """(B, L) -> (B,) location indices: a sample in training (or when asked), else the argmax."""
+        if self.training or self.sample_at_inference:
+            return torch.multinomial(alphas, 1).squeeze(1)  # masked locations have α = 0: never drawn
+        return alphas.argmax(dim=-1)
+
+    @staticmethod
+    def one_cell(
+        index: Tensor, alphas: Tensor, log_alphas: Tensor, features: Tensor, weights: Tensor | None = None
+    ) -> AttentionOutput:
+        """Output for chosen locations ``index`` (B,); ``weights`` defaults to the plain one-hot rows."""
+        if weights is None:
+            weights = F.one_hot(index, alphas.shape[-1]).to(alphas.dtype)  # (B, L)
+        context = (weights.unsqueeze(1) @ features).squeeze(1)  # (B, 1, L) @ (B, L, D) -> (B, D) = a_{s_t}
+        return AttentionOutput(
+            context=context,
+            weights=weights,
+            alphas=alphas,
+            log_prob=log_alphas.gather(1, index.unsqueeze(1)).squeeze(1),  # (B,) log α_{t, s_t}
+            entropy=entropy_of(alphas),  # (B,)
+        )
+
+
+class ReinforceHardAttention(HardAttention):
+    """s_t ~ Categorical(α_t), trained with REINFORCE (Xu et al. eq. 12) plus an entropy bonus.
+
+    Loss added to the cross-entropy (minimised, per target token like the cross-entropy):
+        [ −Σ_b (r_b − b_b) · Σ_t log α_{t, s_t}  −  λ_H · Σ_{b,t} H[α_t] ] / (number of target tokens)
+    with r_b = log p(y_b | s, a) the caption log-likelihood supplied by the decoder. The REINFORCE term
+    contributes its gradient only: its value is subtracted out so the logged loss stays interpretable.
+
+    ``baseline``: "moving_average" (b ← decay·b + (1 − decay)·mean r, as in the authors' code; the first
+    sampled batch sets b to its mean instead of starting from 0, which would make the first few dozen
+    advantages pure baseline lag), "leave_one_out" (K = ``num_samples`` >= 2 samples per caption, each
+    baseline the mean reward of the other K − 1) or "none". With ``num_samples`` K > 1 the decoder
+    decodes every caption K times in training.
+    ``semi_sampling_p``: per batch, with this probability the expected (soft) context Σ_i α_i a_i is used
+    instead of a sample (the authors flip one coin per minibatch); such batches add no REINFORCE term and
+    do not update the baseline, which estimates the reward of *sampled* attention.
+    """
+
+    def __init__(
+        self,
+        feature_dim: int,
+        query_dim: int,
+        attention_dim: int = 512,
+        entropy_weight: float = 0.002,
+        baseline: str = "moving_average",
+        baseline_decay: float = 0.9,
+        semi_sampling_p: float = 0.5,
+        num_samples: int = 1,
+        sample_at_inference: bool = False,
+    ):
+        super().__init__(feature_dim, query_dim, attention_dim, sample_at_inference)
+        if baseline not in BASELINES:
+            raise ValueError(f"ReinforceHardAttention: baseline={baseline!r}, expected one of {BASELINES}")
+        if num_samples < 1 or (baseline == "leave_one_out" and num_samples < 2):
+            raise ValueError(
+                f"ReinforceHardAttention: num_samples={num_samples}; need >= 1, and >= 2 for leave_one_out"
+            )
+        if not 0.0 <= semi_sampling_p <= 1.0 or not 0.0 <= baseline_decay < 1.0:
+            raise ValueError(
+                f"ReinforceHardAttention: semi_sampling_p={semi_sampling_p} must be in [0, 1] and "
+                f"baseline_decay={baseline_decay} in [0, 1)"
+            )
+        self.entropy_weight = entropy_weight
+        self.baseline_kind, self.baseline_decay = baseline, baseline_decay
+        self.semi_sampling_p, self.num_samples = semi_sampling_p, num_samples
+        self.register_buffer("baseline", torch.zeros(()))  # moving average of the sampled reward
+        self.register_buffer("sampled_batches", torch.zeros((), dtype=torch.long))
+        # The semi-sampling coin of the current batch: flipped by ``precompute``, which the decoder calls
+        # exactly once per batch (per-step calls to ``forward`` cannot tell where a batch starts).
+        self.sample_this_batch = True
+
+    def precompute(self, features: Tensor) -> Tensor:
+        if self.training:
+            self.sample_this_batch = bool(torch.rand(()) >= self.semi_sampling_p)
+        return super().precompute(features)
+
+    def forward(
+        self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
+    ) -> AttentionOutput:
+        scores = self.scores(query, keys)  # (B, L)
+        alphas, log_alphas = masked_softmax(scores, mask), masked_log_softmax(scores, mask)  # (B, L) each
+        if self.training and not self.sample_this_batch:
+            # Semi-sampling: the expected context, exactly soft attention; log-probs unused (no REINFORCE).
+            context = (alphas.unsqueeze(1) @ features).squeeze(1)  # (B, 1, L) @ (B, L, D) -> (B, D)
+            return AttentionOutput(
+                context=context,
+                weights=alphas,
+                alphas=alphas,
+                log_prob=torch.zeros_like(alphas[:, 0]),
+                entropy=entropy_of(alphas),
+            )
+        return self.one_cell(self.choose(alphas), alphas, log_alphas, features)
+
+    def auxiliary_loss(
+        self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``log_prob``/``entropy``/``token_mask`` (B, T), ``reward`` (B,) = log p(y | s, a), detached."""
+        reward = reward.detach()
+        entropy_mean = per_token_mean(entropy, token_mask)
+        logs = {"reward_mean": reward.mean(), "attention_entropy": entropy_mean.detach()}
+        if not self.training:  # validation: report, but neither learn nor move the baseline
+            return reward.new_zeros(()), {**logs, "baseline": self.baseline.clone()}
+        loss = -self.entropy_weight * entropy_mean
+        sampled = self.sample_this_batch
+        logs["sampled_batch"] = reward.new_tensor(float(sampled))
+        if not sampled:
+            return loss, {**logs, "baseline": self.baseline.clone()}
+        if self.baseline_kind == "leave_one_out":
+            baseline = leave_one_out_baseline(reward, self.num_samples)  # (B·K,)
+        elif self.baseline_kind == "moving_average":
+            if self.sampled_batches == 0:
+                self.baseline.copy_(reward.mean())  # warm start (see the class docstring)
+            baseline = self.baseline.expand_as(reward).clone()  # b before this batch's update
+            self.baseline.copy_(moving_average(self.baseline, reward.mean(), self.baseline_decay))
+        else:
+            baseline = torch.zeros_like(reward)
+        self.sampled_batches += 1
+        advantage = reward - baseline  # (B,)
+        surrogate = score_function_surrogate(log_prob, advantage, token_mask) / token_mask.sum().clamp_min(
+            1.0
+        )
+        # Added as s − detach(s): the same gradient, but value 0, so train/loss stays xent + reg − λ_H·H
+        # (the surrogate's value, tens of nats of noise, means nothing; only its gradient does).
+        loss = loss + (surrogate - surrogate.detach())  # per target token, like the xent
+        return loss, {**logs, "baseline": baseline.mean(), "advantage_std": advantage.std(unbiased=False)}
+
+
+class GumbelHardAttention(HardAttention):
+    """Straight-through Gumbel-softmax (Jang et al. 2017; Maddison et al. 2017) hard attention.
+
+    Forward: s_t = argmax_i (e_ti + g_i), g_i ~ Gumbel(0, 1), an exact sample of Categorical(α_t), and the
+    context is a_{s_t}. Backward: the gradient of the relaxed weights softmax((e_t + g)/τ) with the same
+    noise. τ = max(τ_min, τ_0·exp(−r·step)), step = training updates seen (a checkpointed buffer).
+    """
+
+    def __init__(
+        self,
+        feature_dim: int,
+        query_dim: int,
+        attention_dim: int = 512,
+        tau_start: float = 1.0,
+        tau_min: float = 0.5,
+        tau_decay: float = 1.0e-4,
+        entropy_weight: float = 0.0,
+        sample_at_inference: bool = False,
+    ):
+        super().__init__(feature_dim, query_dim, attention_dim, sample_at_inference)
+        if not 0.0 < tau_min <= tau_start or tau_decay < 0.0:
+            raise ValueError(
+                f"GumbelHardAttention: need 0 < tau_min ({tau_min}) <= tau_start ({tau_start}) "
+                f"and tau_decay >= 0 (got {tau_decay})"
+            )
+        self.tau_start, self.tau_min, self.tau_decay = tau_start, tau_min, tau_decay
+        self.entropy_weight = entropy_weight
+        self.register_buffer("step", torch.zeros((), dtype=torch.long))
+
+    @property
+    def tau(self) -> float:
+        return max(self.tau_min, self.tau_start * math.exp(-self.tau_decay * int(self.step)))
+
+    def forward(
+        self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
+    ) -> AttentionOutput:
+        scores = self.scores(query, keys)  # (B, L)
+        alphas, log_alphas = masked_softmax(scores, mask), masked_log_softmax(scores, mask)  # (B, L) each
+        if not self.training:
+            return self.one_cell(self.choose(alphas), alphas, log_alphas, features)
+        # Noise drawn as torch.nn.functional.gumbel_softmax draws it, so the two agree under one seed.
+        gumbel = -torch.empty_like(scores).exponential_().log()  # (B, L) Gumbel(0, 1)
+        relaxed = masked_softmax((scores + gumbel) / self.tau, mask)  # (B, L) Gumbel-softmax sample
+        index = relaxed.argmax(dim=-1)  # Gumbel-max over valid locations
+        hard = F.one_hot(index, scores.shape[-1]).to(relaxed.dtype)  # (B, L)
+        # relaxed − relaxed.detach() is exactly 0 in value but carries d(relaxed): the forward weights are
+        # exactly one-hot (unlike hard − relaxed.detach() + relaxed, which rounds) and the backward is the
+        # relaxed softmax's.
+        weights = hard + (relaxed - relaxed.detach())
+        return self.one_cell(index, alphas, log_alphas, features, weights=weights)
+
+    def auxiliary_loss(
+        self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """No estimator term (gradients flow through the relaxation); optional entropy bonus, τ's clock."""
+        entropy_mean = per_token_mean(entropy, token_mask)
+        logs = {
+            "reward_mean": reward.detach().mean(),
+            "attention_entropy": entropy_mean.detach(),
+            "tau": reward.new_tensor(self.tau),  # the τ this batch was trained with
+        }
+        if not self.training:
+            return reward.new_zeros(()), logs
+        self.step += 1  # once per training update: the decoder calls this once per training loss
+        return -self.entropy_weight * entropy_mean, logs

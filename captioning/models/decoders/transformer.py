@@ -1,0 +1,203 @@
+"""A Transformer caption decoder (pre-LayerNorm) over the encoder grid, with a KV cache for decoding.
+
+memory = LN(W_m a + P2d)                      the grid (B, L, D) in model width, with 2-D positions
+x_0    = √D · E y + P1d                       token embeddings with 1-D positions
+x     += SelfAttn(LN x)  (causal)             per layer (Xiong et al. 2020 pre-LN ordering)
+x     += CrossAttn(LN x, memory)
+x     += FF(LN x)
+logits = W_o LN(x_N)                          W_o tied to E when ``tie_embeddings``
+
+Decoding runs one token per ``step``. With ``use_cache`` the state holds every layer's self-attention
+keys/values (B, h, t, d), grown by one position per step, and the cross-attention keys/values
+(B, h, L, d), computed once per image and listed in ``static_keys`` so beam search never copies them;
+beam reselection reorders the growing caches through ``reorder_state``. Without the cache each step
+reruns the whole prefix (the teacher-forcing path, cross keys/values included): the reference the
+cache is tested and benchmarked against.
+
+The attention returned per token is one layer's cross-attention (``attention_layer``, default the
+last), averaged over heads or one ``attention_head``. It comes from the explicit softmax(QKᵀ/√d)
+path of that layer only; every output still goes through the fused kernel. In ``forward`` these
+weights are detached: the doubly stochastic regulariser of Xu et al. (eq. 14, model.alpha_c) is
+meant for the LSTM's single attention and would only add a constant here, so set model.alpha_c=0
+for Transformer runs to keep the logged loss equal to the cross-entropy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from captioning.models.attention.multihead import MultiHeadSDPA
+from captioning.models.decoders.base import Decoder, DecoderOutput, State, as_state_mask
+from captioning.models.position import sinusoidal_1d, sinusoidal_2d, square_grid_side
+
+KV = tuple[Tensor, Tensor]  # keys, values (B, h, S, d)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, dim: int, num_heads: int, ff_dim: int, dropout: float):
+        super().__init__()
+        self.norm_self, self.self_attn = nn.LayerNorm(dim), MultiHeadSDPA(dim, num_heads, dropout)
+        self.norm_cross, self.cross_attn = nn.LayerNorm(dim), MultiHeadSDPA(dim, num_heads, dropout)
+        self.norm_ff = nn.LayerNorm(dim)
+        self.ff = nn.Sequential(
+            nn.Linear(dim, ff_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff_dim, dim)
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self, x: Tensor, cross: KV, mask: Tensor | None, past: KV | None = None, need_weights: bool = False
+    ) -> tuple[Tensor, KV, Tensor | None]:
+        """x (B, T, D): T new positions after the t positions of ``past`` (t = 0 unless T = 1).
+
+        Returns the new x, the self-attention keys/values of all t + T positions, and the
+        cross-attention weights (B, h, T, L) when ``need_weights``.
+        """
+        q, k, v = self.self_attn.project_qkv(self.norm_self(x))  # (B, h, T, d) each
+        if past is not None and past[0].shape[2] > 0:
+            if x.shape[1] != 1:
+                raise ValueError(
+                    f"DecoderLayer: with a KV cache, feed one token at a time (got {x.shape[1]})"
+                )
+            k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (B, h, t+1, d)
+        # A single new query may see every cached position: only a full prefix needs the causal mask.
+        out, _ = self.self_attn.attend(q, k, v, is_causal=x.shape[1] > 1)
+        x = x + self.dropout(out)
+        q = self.cross_attn.project_q(self.norm_cross(x))
+        out, weights = self.cross_attn.attend(q, *cross, mask=mask, need_weights=need_weights)
+        x = x + self.dropout(out)
+        x = x + self.dropout(self.ff(self.norm_ff(x)))
+        return x, (k, v), weights
+
+
+class TransformerDecoder(Decoder):
+    def __init__(
+        self,
+        vocab_size: int,
+        feature_dim: int,
+        embed_dim: int = 128,
+        hidden_dim: int = 256,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        dropout: float = 0.1,
+        tie_embeddings: bool = True,
+        use_cache: bool = True,
+        attention_layer: int = -1,
+        attention_head: int | None = None,
+    ):
+        """``embed_dim`` is the model width D, ``hidden_dim`` the feed-forward width."""
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(
+                f"TransformerDecoder: embed_dim={embed_dim} not divisible by num_heads={num_heads}"
+            )
+        if embed_dim % 4:
+            raise ValueError(
+                f"TransformerDecoder: embed_dim={embed_dim} must be divisible by 4 (2-D positions)"
+            )
+        if not -num_layers <= attention_layer < num_layers:
+            raise ValueError(
+                f"TransformerDecoder: attention_layer={attention_layer} outside {num_layers} layers"
+            )
+        if attention_head is not None and not 0 <= attention_head < num_heads:
+            raise ValueError(f"TransformerDecoder: attention_head={attention_head} outside {num_heads} heads")
+        self.vocab_size, self.feature_dim = vocab_size, feature_dim
+        self.embed_dim, self.hidden_dim, self.num_heads = embed_dim, hidden_dim, num_heads
+        self.use_cache = use_cache
+        self.attention_layer, self.attention_head = attention_layer % num_layers, attention_head
+        self.embedding = nn.Embedding(vocab_size, embed_dim)
+        nn.init.normal_(self.embedding.weight, std=embed_dim**-0.5)  # unit scale after the √D factor
+        self.memory_proj = nn.Linear(feature_dim, embed_dim)
+        self.memory_norm = nn.LayerNorm(embed_dim)
+        self.layers = nn.ModuleList(
+            DecoderLayer(embed_dim, num_heads, hidden_dim, dropout) for _ in range(num_layers)
+        )
+        self.final_norm = nn.LayerNorm(embed_dim)  # pre-LN leaves the residual stream unnormalised
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(embed_dim, vocab_size)
+        if tie_embeddings:
+            self.out.weight = self.embedding.weight  # (V, D) shared
+        # Per-image entries of the decoding state: expanded once for beams, never reordered.
+        cross = (f"cross_{kv}{i}" for i in range(num_layers) for kv in "kv")
+        self.static_keys = ("mask", "memory", *cross)
+
+    # -- pieces --------------------------------------------------------------------------------------
+    def encode_memory(self, features: Tensor) -> Tensor:
+        """The grid (B, L, F) in model width with 2-D positions -> (B, L, D)."""
+        side = square_grid_side(features.shape[1])
+        pos = sinusoidal_2d(side, side, self.embed_dim, features.device)  # (L, D)
+        return self.memory_norm(self.memory_proj(features) + pos)
+
+    def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
+        """Tokens (B, T) at positions start .. start+T-1 -> (B, T, D)."""
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        x = self.embedding(tokens) * math.sqrt(self.embed_dim) + sinusoidal_1d(positions, self.embed_dim)
+        return self.dropout(x)
+
+    def _select(self, weights: Tensor) -> Tensor:
+        """(B, h, T, L) -> (B, T, L): the chosen head, or the mean over heads."""
+        return weights.mean(1) if self.attention_head is None else weights[:, self.attention_head]
+
+    def _run(
+        self, x: Tensor, cross: list[KV], mask: Tensor | None, past: list[KV] | None = None
+    ) -> tuple[Tensor, list[KV], Tensor]:
+        """All layers on x (B, T, D) -> (final hidden (B, T, D), self-attention K/V per layer, (B, T, L))."""
+        caches, chosen = [], None
+        for i, layer in enumerate(self.layers):
+            need = i == self.attention_layer
+            x, kv, weights = layer(x, cross[i], mask, None if past is None else past[i], need_weights=need)
+            caches.append(kv)
+            chosen = weights if need else chosen
+        return self.final_norm(x), caches, self._select(chosen)
+
+    @staticmethod
+    def _key_mask(mask: Tensor | None, features: Tensor) -> Tensor | None:
+        """The (B, L) grid mask, or None when every location is valid: flash attention takes no mask."""
+        if mask is None:
+            return None
+        mask = as_state_mask(mask, features)  # checks the shape
+        return None if bool(mask.all()) else mask
+
+    # -- the Decoder interface --------------------------------------------------------------------------
+    def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
+        """Teacher forcing over ``tokens`` (B, T) = <start> w_1 .. w_{T-1}, all positions at once."""
+        mask = self._key_mask(mask, features)
+        memory = self.encode_memory(features)  # (B, L, D)
+        cross = [layer.cross_attn.project_kv(memory) for layer in self.layers]
+        hidden, _, attention = self._run(self.embed(tokens), cross, mask)
+        attention = attention.detach()  # (B, T, L), for overlays and the (inert) eq. 14 term
+        return DecoderOutput(logits=self.out(hidden), attention=attention, alphas=attention)
+
+    def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
+        b = features.shape[0]
+        state: State = {}
+        key_mask = self._key_mask(mask, features)
+        if key_mask is not None:  # absent when all valid, see _key_mask
+            state["mask"] = key_mask
+        memory = self.encode_memory(features)  # (B, L, D)
+        if not self.use_cache:
+            return {**state, "memory": memory, "prefix": features.new_zeros(b, 0, dtype=torch.long)}
+        d = self.embed_dim // self.num_heads
+        empty = memory.new_zeros(b, self.num_heads, 0, d)  # (B, h, 0, d): no token yet
+        for i, layer in enumerate(self.layers):
+            state[f"cross_k{i}"], state[f"cross_v{i}"] = layer.cross_attn.project_kv(memory)  # (B, h, L, d)
+            state[f"self_k{i}"], state[f"self_v{i}"] = empty, empty
+        return state
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
+        """Next-token logits (B, V) and cross-attention (B, L) after feeding ``tokens`` (B,)."""
+        mask = state.get("mask")
+        if not self.use_cache:
+            prefix = torch.cat([state["prefix"], tokens.unsqueeze(1)], 1)  # (B, t+1)
+            cross = [layer.cross_attn.project_kv(state["memory"]) for layer in self.layers]
+            hidden, _, attention = self._run(self.embed(prefix), cross, mask)
+            return self.out(hidden[:, -1]), attention[:, -1], {**state, "prefix": prefix}
+        n = len(self.layers)
+        past = [(state[f"self_k{i}"], state[f"self_v{i}"]) for i in range(n)]
+        cross = [(state[f"cross_k{i}"], state[f"cross_v{i}"]) for i in range(n)]
+        x = self.embed(tokens.unsqueeze(1), start=past[0][0].shape[2])  # (B, 1, D) at position t
+        hidden, caches, attention = self._run(x, cross, mask, past)
+        new = {f"self_{kv}{i}": t for i, pair in enumerate(caches) for kv, t in zip("kv", pair)}
+        return self.out(hidden[:, 0]), attention[:, 0], {**state, **new}

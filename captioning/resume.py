@@ -1,0 +1,90 @@
+"""Resuming a run: ``ckpt_path=last`` -> the run's ``last.ckpt``, and a check that it fits this run.
+
+Resuming means re-running ``captioning-train`` with the same overrides and the same ``hydra.run.dir``
+(hence the same ``output_dir``) plus ``ckpt_path=last``. Lightning then restores the weights, optimizer
+and scheduler state, the global step and the position in the epoch. Two things it cannot check are
+checked here, before any training time is spent: the vocabulary rebuilt from the data must be the
+checkpoint's (otherwise word ids silently change meaning) and the network config must be the same.
+
+``last.ckpt`` is rewritten every ``callbacks.last_checkpoint.every_n_train_steps`` optimizer steps, so
+a crash loses at most that many steps. After a mid-epoch resume the interrupted epoch runs its remaining
+number of batches, drawn from a freshly shuffled loader (the sampler position is not saved).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from captioning.checkpoint import read_checkpoint
+from captioning.lit_module import CHECKPOINT_KEY
+
+LAST = "last"
+
+
+class ResumeError(ValueError):
+    """The checkpoint to resume from is missing or does not belong to this run's data/config."""
+
+
+def last_checkpoint_path(output_dir: str | Path) -> Path:
+    return Path(output_dir) / "checkpoints" / "last.ckpt"
+
+
+def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | None:
+    """``None`` -> ``None`` (fresh run); ``"last"`` -> ``<output_dir>/checkpoints/last.ckpt``; else a file."""
+    if ckpt_path is None or str(ckpt_path) == "":
+        return None
+    if str(ckpt_path) == LAST:
+        path = last_checkpoint_path(output_dir)
+        if not path.is_file():
+            raise ResumeError(
+                f"ckpt_path=last: {path} does not exist. To resume a run, re-run it with the same "
+                f"hydra.run.dir (this run's output_dir is {output_dir}); to start afresh, drop ckpt_path."
+            )
+        return str(path)
+    path = Path(ckpt_path).expanduser()
+    if not path.is_file():
+        raise ResumeError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+    return str(path)
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: node}
+
+
+def _config_differences(saved: str | dict | None, current: str) -> list[str]:
+    as_dict = [OmegaConf.to_container(OmegaConf.create(c or {}), resolve=True) for c in (saved, current)]
+    old, new = (_flatten(c) for c in as_dict)
+    return [
+        f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k, "<absent>") != new.get(k, "<absent>")
+    ]
+
+
+def check_resume_matches(ckpt_path: str | Path, vocab: dict, net_config: str) -> None:
+    """Raise :class:`ResumeError` unless ``ckpt_path`` holds this run's vocabulary and network config."""
+    meta = read_checkpoint(ckpt_path)[CHECKPOINT_KEY]
+    saved_words, words = list(meta.get("vocab", {}).get("itos", [])), list(vocab["itos"])
+    if saved_words != words:
+        first = next(
+            (i for i, (a, b) in enumerate(zip(saved_words, words)) if a != b),
+            min(map(len, (saved_words, words))),
+        )
+        raise ResumeError(
+            f"{ckpt_path}: its vocabulary ({len(saved_words)} words) differs from the one built from this "
+            f"run's data ({len(words)} words), first at id {first}; resume with the original data config"
+        )
+    differences = _config_differences(meta.get("net_config"), net_config)
+    if differences:
+        raise ResumeError(
+            f"{ckpt_path}: the network config differs from this run's ({'; '.join(differences[:5])}); "
+            "resume with the model overrides of the original run"
+        )

@@ -1,0 +1,118 @@
+"""W&B overlay table: at every validation, a fixed set of val images with caption, references and overlay.
+
+The first ``num_images`` images of the validation set are captioned with the module's own decoding
+settings and rendered by :func:`captioning.viz.figure_array`, the renderer of ``captioning caption
+--overlay`` (hard attention therefore shows the selected cell of each word as a crisp square). The same
+images every epoch, so a run's epochs, and runs, can be compared side by side in the W&B UI.
+
+The callback is always in the default callback list and does nothing unless a ``WandbLogger`` is
+attached (``logger=wandb`` or ``logger=[csv,wandb]``), so adding W&B needs no second override.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.loggers import WandbLogger
+from torch import Tensor
+
+from captioning.decoding import generate
+from captioning.viz import figure_array
+
+COLUMNS = ["image_id", "epoch", "caption", "references", "overlay"]
+
+
+@dataclass
+class Example:
+    image_id: int | str
+    pixels: Tensor  # (3, S, S) float in [0, 1]: the model's input, exactly as in validation
+    references: list[str]
+
+    @property
+    def image(self) -> np.ndarray:
+        """(S, S, 3) uint8 for display."""
+        return (
+            (self.pixels.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
+        )  # (3, S, S) -> (S, S, 3)
+
+
+@dataclass
+class Captioned:
+    tokens: list[str]  # without <start>/<end>
+    attention: np.ndarray  # (len(tokens), H*W): the weights used for each word
+
+
+def find_wandb_logger(trainer: pl.Trainer) -> WandbLogger | None:
+    return next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+
+
+def first_examples(dataset, num_images: int) -> list[Example]:
+    """The first ``num_images`` items of an ImageDataset-like dataset (dicts with images/image_ids/references)."""
+    examples = []
+    for i in range(min(num_images, len(dataset))):
+        item = dataset[i]
+        examples.append(Example(item["image_ids"], item["images"], list(item["references"])))
+    return examples
+
+
+@torch.no_grad()
+def caption_examples(pl_module: pl.LightningModule, examples: list[Example]) -> list[Captioned]:
+    """Decode the examples with ``pl_module.net``, its vocabulary and its validation decoding settings."""
+    images = torch.stack([ex.pixels for ex in examples]).to(pl_module.device)  # (B, 3, S, S)
+    out = generate(pl_module.net.decoder, pl_module.net.encode(images), **pl_module.decoding)
+    captioned = []
+    for tokens, attention in zip(out.tokens, out.attention):  # (T,), (T, L)
+        words = pl_module.vocab.decode(tokens.tolist())
+        rows = attention[: len(words)].float().cpu().numpy()  # (len(words), L): row t produced word t
+        captioned.append(Captioned(words, rows))
+    return captioned
+
+
+class WandbAttentionTable(pl.Callback):
+    """Logs ``key`` as a ``wandb.Table`` with columns :data:`COLUMNS` after every validation epoch, and
+    the overlays alone as ``<key>_overlays``.
+
+    ``num_images``: how many val images (the first ones of the split); ``ncols``/``panel_inches``: the
+    overlay grid layout, as in :func:`captioning.viz.attention_figure`.
+    """
+
+    def __init__(
+        self, num_images: int = 8, key: str = "val/attention", ncols: int = 5, panel_inches: float = 1.6
+    ):
+        super().__init__()
+        if num_images < 1:
+            raise ValueError(f"WandbAttentionTable: num_images must be >= 1, got {num_images}")
+        self.num_images, self.key = num_images, key
+        self.ncols, self.panel_inches = ncols, panel_inches
+        self._examples: list[Example] | None = None
+
+    def rows(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[list]:
+        """One table row per example: [image_id, epoch, caption, references, overlay (H, W, 3) uint8]."""
+        if self._examples is None:  # fixed at the first validation, so every epoch shows the same images
+            loaders = trainer.val_dataloaders
+            loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+            self._examples = first_examples(loader.dataset, self.num_images)
+        grid = (pl_module.net.grid_size, pl_module.net.grid_size)
+        rows = []
+        for ex, cap in zip(self._examples, caption_examples(pl_module, self._examples)):
+            overlay = figure_array(ex.image, cap.tokens, cap.attention, grid, self.ncols, self.panel_inches)
+            refs = "\n".join(ex.references)
+            rows.append([ex.image_id, trainer.current_epoch, " ".join(cap.tokens), refs, overlay])
+        return rows
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        logger = find_wandb_logger(trainer)
+        # Rank 0 only: under DDP the other ranks hold a dummy experiment and would render for nothing.
+        if logger is None or trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        import wandb  # only needed once a WandbLogger exists
+
+        rows = self.rows(trainer, pl_module)
+        table = wandb.Table(columns=COLUMNS, data=[[*row[:4], wandb.Image(row[4])] for row in rows])
+        # The table lives in a W&B artifact; the same overlays are also logged as plain media (one slider
+        # per validation step in the UI, and files under the run directory's media/images/).
+        overlays = [wandb.Image(row[4], caption=f"{row[0]}: {row[2]}") for row in rows]
+        logger.log_metrics({self.key: table, f"{self.key}_overlays": overlays}, step=trainer.global_step)

@@ -1,0 +1,143 @@
+"""Bad dataset files and training configs give clear errors, before any training time is spent.
+
+Dataset problems go through the real composed data config: an error naming the file and the entry, or, with
+``+data.<split>.records.on_error=skip``, skipped and counted in one log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+import pytest
+import pytorch_lightning as pl
+from corpus import RED
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from PIL import Image
+
+from captioning.data.images import ImageError
+from captioning.data.readers import DatasetError
+from captioning.data.sources import SyntheticSource
+from captioning.train import train
+
+from conftest import TINY, compose_train
+
+# ----------------------------------------------------------------------------------------- datasets
+
+
+def _karpathy_files(root: Path) -> Path:
+    """A Karpathy split file whose train split holds one good image and one of each problem."""
+    for name in ("good.jpg", "dup.jpg", "quiet.jpg", "v.jpg", "t.jpg"):
+        Image.new("RGB", (8, 8), RED).save(root / name)
+    (root / "corrupt.jpg").write_text("not a JPEG")
+
+    def entry(imgid: int, filename: str, split: str, *raws: str) -> dict:
+        return {"imgid": imgid, "filename": filename, "split": split, "sentences": [{"raw": r} for r in raws]}
+
+    images = [
+        entry(0, "good.jpg", "train", "A red square.", "..."),
+        entry(1, "quiet.jpg", "train", "?!", "   "),  # only punctuation / empty: nothing to learn
+        entry(2, "gone.jpg", "train", "A missing picture."),
+        entry(0, "dup.jpg", "train", "The same id again."),
+        {"imgid": 3, "split": "train", "sentences": []},  # no filename
+        entry(4, "v.jpg", "val", "A val image."),
+        entry(5, "t.jpg", "test", "A test image."),
+    ]
+    path = root / "dataset_tiny.json"
+    path.write_text(json.dumps({"images": images}), encoding="utf-8")
+    return path
+
+
+def _karpathy_overrides(root: Path, dataset_json: Path) -> list[str]:
+    return [
+        "data=karpathy",
+        f"paths.karpathy_json={dataset_json}",
+        f"paths.coco={root}",
+        "data.num_workers=0",
+        "data.min_word_count=1",
+        "data.image_size=16",
+        "data.batch_size=2",
+    ]
+
+
+def test_dataset_problem_is_an_error_naming_file_and_entry(tmp_path: Path) -> None:
+    dataset_json = _karpathy_files(tmp_path)
+    cfg = compose_train(_karpathy_overrides(tmp_path, dataset_json))
+    with pytest.raises(Exception) as info:  # Hydra wraps the reader's error, keeping its message
+        hydra.utils.instantiate(cfg.data)
+    assert isinstance(info.value.__cause__ or info.value, DatasetError)
+    assert f"{dataset_json} images[0] (id 0) sentences[1]['raw']" in str(info.value)
+    assert "has no word tokens" in str(info.value)
+
+
+def test_dataset_problems_are_skipped_and_counted_when_the_config_says_so(tmp_path: Path, caplog) -> None:
+    dataset_json = _karpathy_files(tmp_path)
+    cfg = compose_train([*_karpathy_overrides(tmp_path, dataset_json), "+data.train.records.on_error=skip"])
+    with caplog.at_level(logging.WARNING, logger="captioning.data.readers"):
+        datamodule = hydra.utils.instantiate(cfg.data)
+    train_source = datamodule.sources["train"]
+    assert [r.image_id for r in train_source.records] == [0]
+    assert train_source.captions(0) == ("A red square.",)
+    counts = "1 duplicate id, 3 empty caption, 1 image without valid caption, 1 malformed entry, "
+    counts += "1 missing image file"
+    assert f"{dataset_json}: skipped {counts}" in caplog.text
+
+
+def test_a_corrupt_image_in_a_dataset_fails_naming_the_file(tmp_path: Path) -> None:
+    dataset_json = _karpathy_files(tmp_path)
+    data = json.loads(dataset_json.read_text())
+    data["images"][0]["filename"] = "corrupt.jpg"
+    dataset_json.write_text(json.dumps(data))
+    cfg = compose_train([*_karpathy_overrides(tmp_path, dataset_json), "+data.train.records.on_error=skip"])
+    datamodule = hydra.utils.instantiate(cfg.data)
+    with pytest.raises(ImageError, match=rf"{tmp_path / 'corrupt.jpg'}: not a readable image"):
+        next(iter(datamodule.train_dataloader()))
+
+
+# ------------------------------------------------------------------------------------------ configs
+
+
+@pytest.fixture
+def no_data_no_training(monkeypatch):
+    """Make reading data or starting to train an immediate test failure."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("data were read or training started before the config was checked")
+
+    monkeypatch.setattr(SyntheticSource, "__init__", refuse)
+    monkeypatch.setattr(pl.Trainer, "fit", refuse)
+
+
+@pytest.mark.parametrize(
+    ("override", "fragments"),
+    [
+        ("model.net.decoder.feature_dim=32", ("encoder gives 16-dim features", "feature_dim=32")),
+        ("model.beam_size=0", ("beam_size must be >= 1, got 0",)),
+    ],
+)
+def test_bad_model_config_fails_at_start_up(override, fragments, tmp_path, no_data_no_training) -> None:
+    cfg = compose_train([*TINY, override], tmp_path)
+    with pytest.raises(Exception) as info:
+        train(cfg)
+    assert not isinstance(info.value, AssertionError), info.value
+    for fragment in fragments:
+        assert fragment in str(info.value)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_unknown_decoder_lists_the_available_ones() -> None:
+    with pytest.raises(MissingConfigException) as info:
+        compose_train([*TINY, "model/decoder=lstmm"])
+    message = str(info.value)
+    assert (
+        "Could not find 'model/decoder/lstmm'" in message and "soft" in message and "transformer" in message
+    )
+
+
+def test_unknown_decoder_option_is_refused() -> None:
+    with pytest.raises(ConfigCompositionException) as info:
+        compose_train([*TINY, "model.net.decoder.hiden_dim=8"])
+    assert "model.net.decoder.hiden_dim" in str(info.value)
+    assert "Key 'hiden_dim' is not in struct" in str(info.value.__cause__)

@@ -1,0 +1,208 @@
+"""Loading a checkpoint for captioning never runs code and refuses every broken file clearly.
+
+Each broken checkpoint is derived at test time from a good one (tests/corpus.py builds it from the real
+composed config). Malicious files would ``touch`` a marker file if any of their code ran.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from corpus import build_module, checkpoint_dict, write_checkpoint
+from PIL import Image
+
+from captioning.checkpoint import CheckpointError, load_captioner, read_checkpoint
+from captioning.cli.main import main
+from captioning.lit_module import CHECKPOINT_KEY
+
+
+class RunsCommand:
+    """Unpickling this calls ``os.system(command)``: the classic malicious-pickle payload."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+@pytest.fixture
+def good(tmp_path: Path) -> Path:
+    return write_checkpoint(tmp_path / "good.ckpt")
+
+
+def test_good_checkpoint_round_trips_weights_vocab_and_decoding(good: Path) -> None:
+    loaded = load_captioner(good)
+    saved = torch.load(good, weights_only=True)
+    assert loaded.vocab.itos == saved[CHECKPOINT_KEY]["vocab"]["itos"]
+    assert loaded.decoding == {"beam_size": 1, "max_length": 6, "length_penalty": 0.0}
+    for name, tensor in loaded.net.state_dict().items():
+        assert torch.equal(tensor, saved["state_dict"][f"net.{name}"]), name
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"", "not a readable checkpoint"),
+        (b"\x00" * 64, "not a readable checkpoint"),
+        (b"model: soft\nhidden_dim: 16\n", "not a readable checkpoint"),
+        (b'{"state_dict": {}}', "not a readable checkpoint"),
+    ],
+)
+def test_a_file_that_is_not_a_checkpoint_is_refused(tmp_path: Path, content: bytes, fragment: str) -> None:
+    path = tmp_path / "model.ckpt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError) as info:
+        load_captioner(path)
+    assert str(info.value).startswith(f"{path}: {fragment}")
+
+
+def test_a_zip_that_is_not_a_torch_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "model.ckpt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("weights.txt", "0.1 0.2 0.3")
+    with pytest.raises(CheckpointError, match=rf"^{path}: not a readable checkpoint"):
+        load_captioner(path)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [{"weights": torch.zeros(3)}, torch.zeros(3), [1, 2, 3]],
+    ids=["plain_state_dict", "tensor", "list"],
+)
+def test_a_torch_file_from_elsewhere_is_not_a_captioning_checkpoint(tmp_path: Path, obj) -> None:
+    path = tmp_path / "other.ckpt"
+    torch.save(obj, path)
+    with pytest.raises(
+        CheckpointError, match=rf"^{path}: not a captioning checkpoint \(expected 'state_dict'"
+    ):
+        load_captioner(path)
+
+
+def test_a_missing_checkpoint_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match=rf"^{tmp_path / 'nope.ckpt'}: no such checkpoint file"):
+        load_captioner(tmp_path / "nope.ckpt")
+
+
+@pytest.mark.parametrize("keep", [0.98, 0.5, 0.02])
+def test_a_truncated_checkpoint_is_refused(good: Path, tmp_path: Path, keep: float) -> None:
+    data = good.read_bytes()
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(
+        CheckpointError, match=rf"^{cut}: not a readable checkpoint \(truncated or not a torch file"
+    ):
+        load_captioner(cut)
+
+
+def test_a_checkpoint_whose_vocabulary_does_not_fit_its_decoder_is_refused(tmp_path: Path) -> None:
+    checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
+    checkpoint[CHECKPOINT_KEY]["vocab"]["itos"].append("square")  # another vocabulary, same weights
+    torch.save(checkpoint, tmp_path / "other_vocab.ckpt")
+    with pytest.raises(CheckpointError, match="the vocabulary has 8 words but the decoder was built for 7"):
+        load_captioner(tmp_path / "other_vocab.ckpt")
+
+
+def test_weights_of_another_model_are_refused(tmp_path: Path) -> None:
+    words = ["a", "red", "circle"]
+    small = checkpoint_dict(build_module(words))
+    wide = checkpoint_dict(build_module(words, ["model.net.decoder.hidden_dim=24"]))
+    small["state_dict"] = wide["state_dict"]  # weights of a wider decoder under the small model's config
+    torch.save(small, tmp_path / "other_model.ckpt")
+    with pytest.raises(CheckpointError) as info:
+        load_captioner(tmp_path / "other_model.ckpt")
+    assert "the weights do not fit the saved network config" in str(info.value)
+    assert "size mismatch" in str(info.value)
+
+
+def test_an_incomplete_captioning_entry_is_refused(good: Path, tmp_path: Path) -> None:
+    checkpoint = torch.load(good, weights_only=True)
+    del checkpoint[CHECKPOINT_KEY]["vocab"]
+    torch.save(checkpoint, tmp_path / "no_vocab.ckpt")
+    with pytest.raises(CheckpointError, match=f"the '{CHECKPOINT_KEY}' entry is incomplete"):
+        load_captioner(tmp_path / "no_vocab.ckpt")
+
+
+# ----------------------------------------------------------------------------------- no code runs
+
+
+def test_a_pickle_that_would_run_a_command_is_refused(good: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    checkpoint = torch.load(good, weights_only=True)
+    checkpoint[CHECKPOINT_KEY]["decoding"] = RunsCommand(f"touch {marker}")
+    evil = tmp_path / "evil.ckpt"
+    torch.save(checkpoint, evil)  # a real torch zip file, valid in every other respect
+    with pytest.raises(CheckpointError) as info:
+        load_captioner(evil)
+    message = str(info.value)
+    assert message.startswith(
+        f"{evil}: refused to load: it contains objects other than tensors and plain data"
+    )
+    assert "weights_only=True" in message and "system" in message  # names the refused callable
+    assert not marker.exists()
+
+
+def test_a_legacy_raw_pickle_that_would_run_a_command_is_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.ckpt"
+    evil.write_bytes(pickle.dumps({"state_dict": {}, CHECKPOINT_KEY: RunsCommand(f"touch {marker}")}))
+    with pytest.raises(CheckpointError, match=rf"^{evil}: "):
+        load_captioner(evil)
+    assert not marker.exists()
+
+
+def test_the_caption_cli_refuses_a_malicious_checkpoint(good: Path, tmp_path: Path, capsys) -> None:
+    marker = tmp_path / "pwned"
+    checkpoint = torch.load(good, weights_only=True)
+    checkpoint["state_dict"]["net.extra"] = RunsCommand(f"touch {marker}")
+    torch.save(checkpoint, tmp_path / "evil.ckpt")
+    image = tmp_path / "image.png"
+    Image.new("RGB", (16, 16)).save(image)
+    assert main(["caption", str(image), "--checkpoint", str(tmp_path / "evil.ckpt")]) == 2
+    assert "refused to load" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def _with_encoder_target(good: Path, tmp_path: Path, target: str, marker: Path) -> Path:
+    checkpoint = torch.load(good, weights_only=True)
+    net_config = f"""
+_target_: captioning.models.captioner.Captioner
+encoder:
+  _target_: {target}
+  _args_: ["touch {marker}"]
+decoder: {{}}
+"""
+    checkpoint[CHECKPOINT_KEY]["net_config"] = net_config  # plain text: weights_only loads it fine
+    path = tmp_path / "bad_target.ckpt"
+    torch.save(checkpoint, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "os.system",  # outside the package
+        "captioning.train.os.system",  # starts with "captioning." but resolves to os.system
+        "captioning.models.captioner.nn.Linear",  # a torch class reached through a captioning module
+    ],
+)
+def test_a_config_target_outside_the_package_is_refused(good: Path, tmp_path: Path, target: str) -> None:
+    marker = tmp_path / "pwned"
+    path = _with_encoder_target(good, tmp_path, target, marker)
+    with pytest.raises(CheckpointError) as info:
+        load_captioner(path)
+    assert str(info.value).startswith(f"{path}: net_config.encoder._target_ is {target!r}")
+    assert "only classes defined under 'captioning.' may be built" in str(info.value)
+    assert not marker.exists()
+
+
+def test_read_checkpoint_gives_plain_data_only(good: Path) -> None:
+    checkpoint = read_checkpoint(good)
+    meta = checkpoint[CHECKPOINT_KEY]
+    assert isinstance(meta["net_config"], str) and isinstance(meta["vocab"]["itos"], list)
+    assert all(isinstance(v, torch.Tensor) for v in checkpoint["state_dict"].values())

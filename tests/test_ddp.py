@@ -1,0 +1,160 @@
+"""Multi-process training from the Hydra entry point (DDP over gloo, 2 CPU processes) and trainer configs.
+
+The validation scores of a DDP run must be those of the whole split scored once (captions gathered
+from every rank), not an average of per-rank scores: one process validating the same checkpoint has to
+give exactly the same numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from statistics import mean
+
+import hydra
+import pytest
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DistributedSampler
+
+from captioning.checkpoint import load_captioner
+from captioning.decoding import generate
+from captioning.inference import caption_images
+from captioning.lit_module import CaptionLitModule
+from captioning.losses import caption_loss
+from captioning.metrics.coco import score_captions
+from captioning.models.decoders.base import shift_inputs
+from captioning.train import train
+
+from conftest import DECODERS, TINY, compose_train
+
+METRICS = ["Bleu_1", "Bleu_4", "CIDEr"]
+VAL_IMAGES = 7  # odd: the DistributedSampler pads rank 1 with a duplicate of image 0
+DDP = [
+    "trainer=ddp",
+    "trainer.accelerator=cpu",
+    "trainer.precision=32-true",
+    "trainer.devices=2",
+]
+RUN = [
+    *TINY,
+    f"data.val.num_images={VAL_IMAGES}",
+    f"model.val_metrics=[{','.join(METRICS)}]",
+    "logger=csv",
+    "trainer.max_epochs=1",
+    "+trainer.limit_train_batches=2",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def read_val_row(run_dir) -> dict[str, float]:
+    path = next((run_dir / "csv").rglob("metrics.csv"))
+    rows = [row for row in csv.DictReader(path.open()) if row.get("val/CIDEr")]
+    assert len(rows) == 1, f"{path}: expected one validation row, got {rows}"
+    return {m: float(rows[0][f"val/{m}"]) for m in METRICS}
+
+
+def validate_one_process(checkpoint, cfg) -> dict[str, float]:
+    loaded = load_captioner(checkpoint)
+    module = CaptionLitModule(
+        net=loaded.net, vocab=loaded.vocab.to_dict(), val_metrics=METRICS, **loaded.decoding
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    (metrics,) = trainer.validate(module, datamodule=hydra.utils.instantiate(cfg.data), verbose=False)
+    return {m: metrics[f"val/{m}"] for m in METRICS}
+
+
+@pytest.mark.slow
+def test_ddp_from_the_hydra_entry_point_scores_the_whole_split_once(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "captioning.train", *DDP, *RUN, f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "distributed_backend=gloo" in output and "Starting with 2 processes" in output, output[-4000:]
+    # Rank 1 is the entry point re-launched by Lightning, logging into the same Hydra run dir.
+    assert (run_dir / "train_ddp_process_1.log").is_file()
+
+    ddp_scores = read_val_row(run_dir)  # logged by rank 0 at the end of epoch 0
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"  # the weights that validation used
+    cfg = compose_train(RUN, tmp_path / "single")
+    assert validate_one_process(checkpoint, cfg) == ddp_scores  # exactly, not approximately
+
+    # The same numbers from the captions directly; and a per-rank average would have been different.
+    model = load_captioner(checkpoint)
+    dm = hydra.utils.instantiate(cfg.data)
+    val = dm.sources["val"]
+    captions = caption_images(
+        model, [val.image(i) for i in range(len(val))], [str(i) for i in range(len(val))]
+    )
+    hyps = {i: c.caption for i, c in enumerate(captions)}
+    refs = {i: list(val.captions(i)) for i in range(len(val))}
+    direct = score_captions(refs, hyps, metrics=METRICS, tokenizer="simple")
+    assert ddp_scores == pytest.approx(direct, rel=1e-6)  # logged values are float32
+    per_rank = []
+    for rank in range(2):
+        ids = sorted(set(DistributedSampler(range(VAL_IMAGES), num_replicas=2, rank=rank, shuffle=False)))
+        per_rank.append(
+            score_captions({i: refs[i] for i in ids}, {i: hyps[i] for i in ids}, metrics=["CIDEr"])
+        )
+    assert abs(mean(s["CIDEr"] for s in per_rank) - ddp_scores["CIDEr"]) > 1e-4
+
+
+def test_trainer_configs_compose():
+    gpu = compose_train(["trainer=gpu"]).trainer
+    assert (gpu.accelerator, gpu.devices, gpu.precision) == ("gpu", 1, "bf16-mixed")
+    ddp = compose_train(["trainer=ddp", "trainer.devices=4", "trainer.num_nodes=2"]).trainer
+    assert (ddp.strategy, ddp.devices, ddp.num_nodes, ddp.precision) == ("ddp", 4, 2, "bf16-mixed")
+    assert ddp.max_epochs == compose_train([]).trainer.max_epochs  # everything else from trainer/cpu.yaml
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_bf16_autocast_step_and_decoding_on_cpu(decoder):
+    """trainer=gpu's bf16-mixed precision, on CPU autocast: the loss and decoding stay well-formed."""
+    torch.manual_seed(0)
+    cfg = compose_train([f"model/decoder={decoder}", *TINY, "model.net.decoder.vocab_size=12", "trainer=gpu"])
+    trainer = hydra.utils.instantiate(cfg.trainer, accelerator="cpu", logger=False, enable_progress_bar=False)
+    net = hydra.utils.instantiate(cfg.model.net)
+    tokens = torch.tensor([[1, 4, 5, 6, 2, 0], [1, 7, 8, 2, 0, 0]])  # (B, T+1) <start> .. <end> <pad>
+    inputs, targets = shift_inputs(tokens)
+    with trainer.precision_plugin.forward_context():
+        output = net(torch.rand(2, 3, 96, 96), inputs)
+        terms = caption_loss(output, targets, net.decoder, alpha_c=1.0)
+        net.eval()
+        generated = generate(net.decoder, net.encode(torch.rand(2, 3, 96, 96)), beam_size=2, max_length=5)
+    assert output.logits.dtype == torch.bfloat16  # autocast really ran in bf16
+    assert torch.isfinite(terms.loss)
+    terms.loss.backward()
+    assert all(
+        p.grad.dtype == torch.float32 for p in net.parameters() if p.grad is not None
+    )  # fp32 master weights
+    assert generated.tokens.shape[0] == 2 and torch.isfinite(generated.score).all()
+    live = generated.attention.float().sum(-1)  # (B, T): 1 on generated tokens, 0 after <end>
+    assert ((live - 1).abs() < 2e-2).logical_or(live == 0).all()
+
+
+def test_bf16_training_run_on_cpu(tmp_path):
+    cfg = compose_train(
+        [
+            *TINY,
+            "trainer=gpu",
+            "trainer.accelerator=cpu",
+            "trainer.max_epochs=1",
+            "+trainer.limit_train_batches=2",
+            "trainer.enable_progress_bar=false",
+        ],
+        tmp_path,
+    )
+    best = train(cfg)
+    model = load_captioner(best)  # fp32 weights in the checkpoint, whatever the training precision
+    assert all(p.dtype == torch.float32 for p in model.net.parameters())

@@ -1,0 +1,117 @@
+"""`captioning evaluate` and captioning.evaluation on a tiny checkpoint trained for one epoch."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from captioning.checkpoint import load_captioner
+from captioning.cli.main import main
+from captioning.data.sources import SyntheticSource
+from captioning.evaluation import Decoded, evaluate_checkpoint, synthetic_grounding
+from captioning.inference import caption_images
+from captioning.metrics.coco import load_results, score_captions
+from captioning.train import train
+
+from conftest import TINY, compose_train
+
+TOOLKIT = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    overrides = [*TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=3"]
+    return train(compose_train(overrides, tmp_path_factory.mktemp("tiny_run")))
+
+
+def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, tmp_path, capsys):
+    out = tmp_path / "eval"
+    code = main(
+        ["evaluate", "--checkpoint", tiny_checkpoint, "--out-dir", str(out), "data.test.num_images=8"]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0
+    source = SyntheticSource(8, seed=0, split="test")
+    references = {source.image_id(i): list(source.captions(i)) for i in range(8)}
+
+    results = json.loads((out / "results.json").read_text())
+    assert load_results(out / "results.json", references) == results  # pycocotools loadRes round trip
+    assert [r["image_id"] for r in results] == list(range(8))
+
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["scale"] == "0-1" and scores["tokenizer"] == "ptb" and scores["num_images"] == 8
+    assert scores["decoding"]["beam_size"] == 3  # conf/eval.yaml's default
+    assert set(TOOLKIT) <= set(scores["scores"])
+    assert "SPICE" in scores["scores"] or "SPICE" in scores["skipped"]
+    assert all(0.0 <= scores["scores"][m] <= 1.0 for m in TOOLKIT if m != "CIDEr")
+    # The same numbers as scoring the written results file afresh with the toolkit.
+    hypotheses = {r["image_id"]: r["caption"] for r in results}
+    fresh = score_captions(references, hypotheses, metrics=("Bleu_4", "CIDEr"), tokenizer="ptb")
+    assert fresh == pytest.approx({m: scores["scores"][m] for m in ("Bleu_4", "CIDEr")}, abs=1e-12)
+    assert scores["nltk_bleu"]["Bleu_1"] == pytest.approx(scores["scores"]["Bleu_1"], abs=1e-3)
+
+    grounding = scores["grounding"]
+    assert set(grounding) == {"grounding", "words", "unmatched"}
+    assert grounding["words"] == 0 or 0.0 <= grounding["grounding"] <= 1.0
+    assert "beam_size=3" in printed and "0-1 scale" in printed and "SPICE" in printed
+    assert "attention grounding" in printed and "NLTK corpus_bleu" in printed
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_evaluation_decodes_exactly_like_the_caption_command(tiny_checkpoint, beam):
+    source = SyntheticSource(6, seed=0, split="test")
+    evaluation = evaluate_checkpoint(
+        tiny_checkpoint, source, beam_size=beam, tokenizer="simple", metrics=("Bleu_4", "CIDEr"), batch_size=4
+    )
+    model = load_captioner(tiny_checkpoint)
+    images = [source.image(i) for i in range(6)]
+    expected = caption_images(model, images, [str(i) for i in range(6)], beam_size=beam)
+    assert evaluation.decoded.captions == [c.caption for c in expected]
+    for attention, caption in zip(evaluation.decoded.attention, expected):
+        np.testing.assert_allclose(attention, np.asarray(caption.attention), atol=1e-6)
+    assert evaluation.decoding == {**model.decoding, "beam_size": beam}
+    hypotheses = dict(zip(evaluation.decoded.image_ids, evaluation.decoded.captions))
+    references = {i: list(source.captions(i)) for i in range(6)}
+    assert evaluation.report.scores == pytest.approx(
+        score_captions(references, hypotheses, ("Bleu_4", "CIDEr"))
+    )
+    net = model.net
+    assert evaluation.params == {
+        "total": sum(p.numel() for p in net.parameters()),
+        "trainable": sum(p.numel() for p in net.parameters() if p.requires_grad),
+    }
+
+
+def test_grounding_counts_words_whose_attention_peak_is_on_the_named_object():
+    source = SyntheticSource(1, seed=5, split="test")
+    (obj, *_) = source.objects(0)
+    words = [obj.size, obj.color, obj.shape]
+    grid = (96, 96)  # one cell per pixel of the 96-px canvas: a peak cell's centre is that pixel + 0.5
+    x0, y0, x1, y1 = obj.box
+    cx, cy = int((x0 + x1) / 2), int((y0 + y1) / 2)
+    far_x, far_y = (95 if cx < 48 else 0), (95 if cy < 48 else 0)  # the opposite corner: outside the box
+
+    def decoded(peak_x: int, peak_y: int) -> Decoded:
+        attention = np.full((3, 96 * 96), 1e-5)
+        attention[:, peak_y * 96 + peak_x] = 1.0  # row-major over the grid
+        return Decoded([0], [" ".join(words)], [words], [attention], grid)
+
+    assert synthetic_grounding(decoded(cx, cy), source) == {"grounding": 1.0, "words": 3, "unmatched": 0}
+    assert synthetic_grounding(decoded(far_x, far_y), source) == {
+        "grounding": 0.0,
+        "words": 3,
+        "unmatched": 0,
+    }
+
+
+def test_evaluate_cli_reports_errors_with_exit_status_2(tiny_checkpoint, tmp_path, capsys):
+    fake = tmp_path / "model.ckpt"
+    fake.write_bytes(b"\x00" * 64)
+    assert main(["evaluate", "--checkpoint", str(fake), "--out-dir", str(tmp_path)]) == 2
+    assert "not a readable checkpoint" in capsys.readouterr().err
+    assert main(["evaluate", "--checkpoint", tiny_checkpoint, "split=bogus"]) == 2
+    assert "split must be one of" in capsys.readouterr().err
+    assert main(["evaluate", "--checkpoint", tiny_checkpoint, "data=nonexistent"]) == 2
+    assert "nonexistent" in capsys.readouterr().err

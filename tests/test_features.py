@@ -1,0 +1,216 @@
+"""Feature cache: the same grid as the live encoder, computed once, invalidated when its inputs change."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from captioning.checkpoint import load_captioner
+from captioning.data.datamodule import image_to_tensor
+from captioning.data.features import FeatureCache
+from captioning.data.readers import read_flickr8k
+from captioning.data.sources import RecordSource, SyntheticSource
+from captioning.evaluation import compose_config, decode_source
+from captioning.inference import caption_images
+from captioning.models.encoders import EfficientNetLite0Encoder, SmallCNN
+from captioning.train import train
+
+from conftest import CONF, SHARED_DATA
+from helpers import build_net
+
+FLICKR8K_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("flickr8k_*.yaml"))
+
+
+def frozen_cnn(seed: int = 0) -> SmallCNN:
+    """The TINY SmallCNN (16-d, 3x3 grid), frozen so it may be cached."""
+    torch.manual_seed(seed)
+    return SmallCNN(out_dim=16, grid_size=3, width=8).requires_grad_(False).eval()
+
+
+def count_images(encoder: torch.nn.Module) -> list[int]:
+    """A list that receives the batch size of every encoder forward call."""
+    calls: list[int] = []
+    encoder.register_forward_hook(lambda module, inputs, output: calls.append(inputs[0].shape[0]))
+    return calls
+
+
+def live_features(encoder, source, image_size: int) -> torch.Tensor:
+    images = torch.stack([image_to_tensor(source.image(i), image_size) for i in range(len(source))])
+    mean, std = torch.tensor(encoder.mean).view(1, 3, 1, 1), torch.tensor(encoder.std).view(1, 3, 1, 1)
+    with torch.no_grad():
+        return encoder((images - mean) / std)  # (N, L, D)
+
+
+def test_cached_features_equal_the_live_encoder_through_captioner(tmp_path):
+    net = build_net()  # the TINY small_cnn config: 16-d features on a 3x3 grid
+    net.encoder.requires_grad_(False)
+    net.eval()
+    source = SyntheticSource(10, seed=3, split="val")
+    features = FeatureCache(net.encoder, tmp_path, batch_size=4, progress=False).features(source, 64)
+    cached = torch.stack([features(i) for i in range(len(source))])  # (10, 9, 16)
+    images = torch.stack([image_to_tensor(source.image(i), 64) for i in range(len(source))])
+    with torch.no_grad():
+        live = net.encode(images)
+    assert cached.shape == live.shape == (10, 9, 16) and cached.dtype == torch.float32
+    torch.testing.assert_close(cached, live, rtol=2e-3, atol=2e-3)  # float16 storage
+    (chunk,) = features.directory.glob("chunk-*.npy")
+    assert np.load(chunk, mmap_mode="r").dtype == np.float16
+    assert net.encode(cached) is cached  # (B, L, D) input: already encoded, passed through
+    with pytest.raises(ValueError, match=r"expected \(B, L, D\) = \(B, 9, 16\)"):
+        net.encode(torch.zeros(2, 4, 16))
+
+
+def test_second_run_reuses_and_a_superset_only_encodes_new_images(tmp_path):
+    source = SyntheticSource(10, seed=3, split="val")
+    first_encoder, second_encoder = frozen_cnn(), frozen_cnn()
+    first_calls, second_calls = count_images(first_encoder), count_images(second_encoder)
+    first = FeatureCache(first_encoder, tmp_path, batch_size=4, progress=False).features(source, 64)
+    assert first_calls == [4, 4, 2]
+    # A new process with identical weights: nothing is encoded again.
+    cache = FeatureCache(second_encoder, tmp_path, batch_size=4, progress=False)
+    second = cache.features(source, 64)
+    assert second_calls == []
+    assert all(torch.equal(first(i), second(i)) for i in range(10))
+    # Scenes 0..9 of the 14-scene source are the same pixels: only 4 images are new.
+    bigger = cache.features(SyntheticSource(14, seed=3, split="val"), 64)
+    assert second_calls == [4]
+    assert all(torch.equal(bigger(i), first(i)) for i in range(10))
+    index = json.loads((cache.directory(64) / "index.json").read_text())
+    assert len(index["images"]) == 14 and index["chunks"] == ["chunk-000.npy", "chunk-001.npy"]
+    torch.testing.assert_close(
+        torch.stack([bigger(i) for i in range(14)]),
+        live_features(second_encoder, SyntheticSource(14, seed=3, split="val"), 64),
+        rtol=2e-3, atol=2e-3,
+    )  # fmt: skip
+
+
+def test_same_image_ids_from_another_split_are_not_confused(tmp_path):
+    cache = FeatureCache(frozen_cnn(), tmp_path, progress=False)
+    val, test = SyntheticSource(3, split="val"), SyntheticSource(3, split="test")
+    assert [val.image_id(i) for i in range(3)] == [test.image_id(i) for i in range(3)]  # 0, 1, 2 both
+    val_features, test_features = cache.features(val, 64), cache.features(test, 64)
+    assert not torch.allclose(val_features(0), test_features(0))
+    torch.testing.assert_close(
+        test_features(0), live_features(cache.encoder, test, 64)[0], rtol=2e-3, atol=2e-3
+    )
+
+
+def test_weight_change_or_image_size_invalidates(tmp_path):
+    source = SyntheticSource(6, seed=1, split="train")
+    base = FeatureCache(frozen_cnn(), tmp_path, progress=False)
+    base_features = base.features(source, 64)
+
+    changed = frozen_cnn()
+    with torch.no_grad():
+        changed.body[0][0].weight[0, 0, 0, 0] += 0.5
+    calls = count_images(changed)
+    cache = FeatureCache(changed, tmp_path, progress=False)
+    assert cache.directory(64) != base.directory(64)
+    new_features = cache.features(source, 64)
+    assert sum(calls) == 6
+    torch.testing.assert_close(
+        torch.stack([new_features(i) for i in range(6)]),
+        live_features(changed, source, 64),
+        rtol=2e-3,
+        atol=2e-3,
+    )
+
+    stats = frozen_cnn()
+    stats.body[0][1].running_mean += 0.1  # BN statistics are buffers, not parameters: still part of the key
+    assert FeatureCache(stats, tmp_path, progress=False).directory(64) != base.directory(64)
+
+    calls = count_images(base.encoder)
+    resized = base.features(source, 48)
+    assert base.directory(48) != base.directory(64) and sum(calls) == 6
+    assert not torch.allclose(resized(0), base_features(0))
+
+
+def test_refuses_a_trainable_encoder(tmp_path):
+    with pytest.raises(ValueError, match="frozen encoder"):
+        FeatureCache(SmallCNN(out_dim=16, grid_size=3, width=8), tmp_path)
+
+
+@pytest.mark.parametrize("experiment", FLICKR8K_EXPERIMENTS)
+def test_flickr8k_experiments_use_cached_lite0_stride16_features(experiment):
+    cfg, choices = compose_config("train", [f"experiment={experiment}"])
+    assert choices["data"] == "flickr8k" and choices["model/encoder"] == "efficientnet_lite0"
+    if experiment != "flickr8k_cached":
+        assert choices["model/decoder"] == experiment.removeprefix("flickr8k_")
+    assert cfg.data.feature_cache._target_ == "captioning.data.features.FeatureCache"
+    assert cfg.data.feature_cache.encoder == cfg.model.net.encoder  # the model's encoder config, resolved
+    encoder = cfg.model.net.encoder
+    assert (encoder.stage, encoder.grid_size, encoder.freeze, cfg.data.image_size) == (
+        "stride16",
+        14,
+        True,
+        224,
+    )
+    assert cfg.model.net.decoder.feature_dim == encoder.out_dim == 112
+    assert cfg.data.min_word_count == 5
+
+
+TINY_CACHED = [
+    "experiment=flickr8k_cached",  # its feature cache and frozen Lite0, on tiny synthetic data
+    "data=synthetic",
+    "data.train.num_images=24",
+    "data.val.num_images=8",
+    "data.test.num_images=8",
+    "data.batch_size=8",
+    "data.eval_batch_size=8",
+    "data.image_size=64",
+    "data.min_word_count=1",
+    "data.feature_cache.progress=false",
+    "model.net.encoder.grid_size=3",
+    "model.net.decoder.embed_dim=16",
+    "model.net.decoder.hidden_dim=16",
+    "model.max_length=6",
+    "logger=[]",
+    "~callbacks.lr_monitor",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=3",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def test_trained_on_cached_features_the_checkpoint_captions_raw_images(tmp_path):
+    cfg, _ = compose_config("train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}"])
+    cfg.output_dir = str(tmp_path / "run")
+    checkpoint = train(cfg)
+    model = load_captioner(checkpoint)
+    cache = FeatureCache(model.net.encoder, tmp_path / "cache", progress=False)
+    index = json.loads((cache.directory(64) / "index.json").read_text())
+    assert len(index["images"]) == 24 + 8  # the train and val scenes training read
+    calls = count_images(model.net.encoder)
+    source = SyntheticSource(8, seed=0, split="val")
+    from_cache = decode_source(model, source, {"beam_size": 1, "max_length": 6}, feature_cache=cache)
+    assert calls == []  # the checkpoint's encoder is the one that made the cache: same key, nothing new
+    names = [str(i) for i in range(len(source))]
+    from_pixels = caption_images(model, [source.image(i) for i in range(len(source))], names, beam_size=1)
+    assert sum(calls) == 8
+    assert from_cache.captions == [c.caption for c in from_pixels]
+    for cached_att, live in zip(from_cache.attention, from_pixels):
+        np.testing.assert_allclose(cached_att, np.asarray(live.attention), atol=1e-2)
+
+
+def test_training_refuses_a_cache_made_by_a_different_encoder(tmp_path):
+    # pretrained=false: the data module's encoder and the model's are two different random inits.
+    cfg, _ = compose_config(
+        "train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}", "model.net.encoder.pretrained=false"]
+    )
+    cfg.output_dir = str(tmp_path / "run")
+    with pytest.raises(ValueError, match="encoder weights differ from the feature cache"):
+        train(cfg)
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "flickr8k").is_dir(), reason="Flickr8k is not in ../shared/data")
+def test_flickr8k_photos_cached_as_the_live_lite0_encoder_sees_them(tmp_path):
+    source = RecordSource(read_flickr8k(SHARED_DATA / "flickr8k", "dev"), limit=2)
+    encoder = EfficientNetLite0Encoder(out_dim=112)  # frozen, packaged ImageNet weights
+    features = FeatureCache(encoder, tmp_path, progress=False).features(source, 224)
+    cached = torch.stack([features(i) for i in range(2)])
+    live = live_features(encoder, source, 224)
+    assert cached.shape == (2, 196, 112)
+    torch.testing.assert_close(cached, live, rtol=2e-3, atol=5e-2)  # |values| up to ~50: float16 steps ~0.03

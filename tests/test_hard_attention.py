@@ -1,0 +1,268 @@
+"""Hard attention: the REINFORCE estimator's properties, straight-through Gumbel, layer state, multi-sample
+decoding, the attention grad-norm callback, and the caption CLI on hard-attention checkpoints."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+from captioning.callbacks import AttentionGradNorm
+from captioning.cli.main import main
+from captioning.data.synthetic import render_scene
+from captioning.losses import caption_loss
+from captioning.models.attention.estimators import (
+    leave_one_out_baseline,
+    moving_average,
+    score_function_surrogate,
+)
+from captioning.models.attention.hard import GumbelHardAttention, ReinforceHardAttention
+from captioning.models.decoders.base import shift_inputs
+from captioning.train import train
+
+from conftest import TINY, compose_train
+from helpers import build_net, random_batch
+
+# Toy problem: one categorical choice s ~ softmax(θ) over 4 locations, reward f(s). The large common
+# offset is what a baseline removes: it adds variance to the plain estimator but nothing to E[∇].
+THETA = torch.tensor([0.3, -0.2, 0.8, 0.0])
+REWARD = torch.tensor([1.0, 3.0, -2.0, 0.5]) + 10.0
+
+
+def exact_gradient() -> torch.Tensor:
+    theta = THETA.clone().requires_grad_(True)
+    (torch.softmax(theta, -1) * REWARD).sum().backward()  # ∇θ E_s[f(s)]
+    return theta.grad
+
+
+def layer_estimates(layer: ReinforceHardAttention, batches: int, n: int, k: int = 1) -> torch.Tensor:
+    """(batches, 4) gradient estimates of E[f] from the layer's own loss: −∇θ auxiliary_loss.
+
+    Each batch has n captions × k samples, one step each (T = 1), no entropy bonus."""
+    g = torch.Generator().manual_seed(0)
+    estimates = []
+    for _ in range(batches):
+        theta = THETA.clone().requires_grad_(True)
+        s = torch.multinomial(torch.softmax(THETA, -1), n * k, replacement=True, generator=g)  # (n·k,)
+        log_prob = torch.log_softmax(theta, -1)[s].unsqueeze(1)  # (n·k, 1)
+        ones = torch.ones(n * k, 1)
+        loss, _ = layer.auxiliary_loss(log_prob, torch.zeros(n * k, 1), REWARD[s], ones)
+        estimates.append(-torch.autograd.grad(loss, theta)[0])
+    return torch.stack(estimates)
+
+
+def reinforce(**kwargs) -> ReinforceHardAttention:
+    kwargs = {"entropy_weight": 0.0, "semi_sampling_p": 0.0, **kwargs}
+    return ReinforceHardAttention(feature_dim=5, query_dim=4, attention_dim=6, **kwargs).train()
+
+
+@pytest.mark.parametrize(
+    "baseline,k", [("none", 1), ("moving_average", 1), ("leave_one_out", 4)], ids=["none", "ma", "loo"]
+)
+def test_reinforce_estimator_is_unbiased(baseline, k):
+    """The mean of 400 batch estimates matches ∇E[f] within 4 standard errors in every coordinate."""
+    est = layer_estimates(reinforce(baseline=baseline, num_samples=k), batches=400, n=64 // k, k=k)
+    mean, stderr = est.mean(0), est.std(0) / math.sqrt(est.shape[0])
+    assert torch.all((mean - exact_gradient()).abs() <= 4 * stderr), (mean, exact_gradient(), stderr)
+    assert torch.all(stderr < 0.05)  # the tolerance is tight enough to catch a sign or scale error
+
+
+def test_baselines_lower_the_variance():
+    variance = {
+        name: layer_estimates(reinforce(baseline=name, num_samples=k), batches=200, n=64 // k, k=k)
+        .var(0)
+        .sum()
+        for name, k in [("none", 1), ("moving_average", 1), ("leave_one_out", 4)]
+    }
+    # With a reward offset of 10 the plain estimator's variance is dominated by the offset.
+    assert variance["moving_average"] < 0.1 * variance["none"], variance
+    assert variance["leave_one_out"] < 0.1 * variance["none"], variance
+
+
+def test_surrogate_sign_reinforces_better_than_baseline_choices():
+    theta = torch.zeros(3, requires_grad=True)
+    log_prob = torch.log_softmax(theta, -1)[torch.tensor([0, 1])].view(2, 1)  # two captions, T = 1
+    loss = score_function_surrogate(log_prob, torch.tensor([2.0, -1.0]), torch.ones(2, 1))
+    (grad,) = torch.autograd.grad(loss, theta)
+    stepped = torch.softmax(theta - 0.1 * grad, -1)  # one gradient-descent step on the loss
+    assert stepped[0] > 1 / 3 > stepped[1]  # advantage > 0 reinforced, < 0 discouraged
+    assert loss.item() == pytest.approx(-(2.0 - 1.0) * math.log(1 / 3))  # −Σ_b A_b·log p, log p = log 1/3
+
+
+def test_leave_one_out_and_moving_average_values():
+    reward = torch.tensor([1.0, 2.0, 6.0, 10.0, 20.0, 30.0])  # two captions × K = 3
+    expected = torch.tensor([4.0, 3.5, 1.5, 25.0, 20.0, 15.0])  # mean of the other two of each caption
+    torch.testing.assert_close(leave_one_out_baseline(reward, 3), expected)
+    torch.testing.assert_close(moving_average(torch.tensor(2.0), torch.tensor(12.0), 0.9), torch.tensor(3.0))
+    with pytest.raises(ValueError, match="K=4"):
+        leave_one_out_baseline(reward, 4)
+
+
+def test_baseline_updates_only_on_sampled_training_batches():
+    layer = reinforce(entropy_weight=0.5)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])  # 3 target tokens
+    log_prob = torch.full((2, 2), -1.0, requires_grad=True)
+    entropy = torch.tensor([[0.3, 0.6], [0.9, 5.0]])  # per-token mean over real steps: 1.8 / 3 = 0.6
+    _, logs = layer.auxiliary_loss(log_prob, entropy, torch.tensor([-4.0, -8.0]), mask)
+    assert layer.baseline.item() == pytest.approx(-6.0) and logs["baseline"] == -6.0  # warm start: batch mean
+    loss, logs = layer.auxiliary_loss(log_prob, entropy, torch.tensor([-2.0, -3.0]), mask)
+    assert logs["baseline"].item() == pytest.approx(-6.0)  # the baseline from *before* this batch
+    torch.testing.assert_close(layer.baseline, torch.tensor(0.9 * -6.0 + 0.1 * -2.5))
+    # The REINFORCE term has value 0 and gradient −(r − b)·mask / (3 tokens), advantages (4, 3).
+    torch.testing.assert_close(loss, torch.tensor(-0.5 * 0.6))
+    (grad,) = torch.autograd.grad(loss, log_prob)
+    torch.testing.assert_close(grad, -torch.tensor([[4.0, 4.0], [3.0, 0.0]]) / 3)
+    before = layer.baseline.clone()
+    layer.eval()
+    val_loss, _ = layer.auxiliary_loss(log_prob, entropy, torch.tensor([-50.0, -50.0]), mask)
+    assert val_loss == 0 and layer.baseline == before and layer.sampled_batches == 2
+    layer.train()
+    layer.sample_this_batch = False  # a semi-sampled (soft) batch: only the entropy bonus
+    loss, _ = layer.auxiliary_loss(log_prob, entropy, torch.tensor([-50.0, -50.0]), mask)
+    torch.testing.assert_close(loss, torch.tensor(-0.5 * 0.6))
+    assert not loss.requires_grad and layer.baseline == before
+    assert {"baseline", "sampled_batches"} <= set(layer.state_dict())  # checkpointed
+
+
+def test_semi_sampling_coin_is_per_batch_and_selects_soft_or_hard_context():
+    torch.manual_seed(0)
+    features, query = torch.randn(3, 7, 5), torch.randn(3, 4)
+    soft = reinforce(semi_sampling_p=1.0)
+    out = soft(query, features, soft.precompute(features))
+    torch.testing.assert_close(out.weights, out.alphas)
+    torch.testing.assert_close(out.context, torch.einsum("bl,bld->bd", out.alphas, features))
+    hard = reinforce(semi_sampling_p=0.0)
+    out = hard(query, features, hard.precompute(features))
+    index = out.weights.argmax(-1)
+    assert torch.equal(out.weights.sum(-1), torch.ones(3)) and torch.equal(
+        out.weights.max(-1).values, torch.ones(3)
+    )
+    assert torch.equal(out.context, features[torch.arange(3), index])
+    torch.testing.assert_close(out.log_prob, out.alphas[torch.arange(3), index].log())
+    half = reinforce(semi_sampling_p=0.5)
+    flips = []
+    for _ in range(400):
+        half.precompute(features[:1, :1])
+        flips.append(half.sample_this_batch)
+    assert 0.4 < sum(flips) / len(flips) < 0.6  # 4 standard deviations of Binomial(400, 0.5) / 400
+
+
+@pytest.mark.parametrize("cls", [ReinforceHardAttention, GumbelHardAttention])
+def test_inference_is_argmax_by_default_and_samples_alpha_on_request(cls):
+    torch.manual_seed(0)
+    layer = cls(feature_dim=5, query_dim=4, attention_dim=6).eval()
+    features, query = torch.randn(1, 6, 5), torch.randn(1, 4)
+    mask = torch.tensor([[True, True, True, True, False, True]])
+    keys = layer.precompute(features)
+    outs = [layer(query, features, keys, mask) for _ in range(3)]
+    assert all(torch.equal(o.weights, F.one_hot(o.alphas.argmax(-1), 6).float()) for o in outs)
+    layer.sample_at_inference = True
+    n = 20000  # the same image and query N times: each row is an independent draw
+    picks = layer(
+        query.expand(n, 4), features.expand(n, 6, 5), keys.expand(n, 6, 6), mask.expand(n, 6)
+    ).weights
+    assert picks[:, 4].sum() == 0  # the masked location is never drawn
+    torch.testing.assert_close(picks.mean(0), outs[0].alphas[0], atol=0.015, rtol=0)
+
+
+def test_gumbel_straight_through_is_one_hot_forward_and_relaxed_backward():
+    layer = GumbelHardAttention(feature_dim=5, query_dim=4, attention_dim=6, tau_start=0.7, tau_min=0.7)
+    layer.train()
+    torch.manual_seed(1)
+    features, query, probe = torch.randn(8, 9, 5), torch.randn(8, 4), torch.randn(8, 9)
+    keys = layer.precompute(features)
+    torch.manual_seed(2)
+    out = layer(query, features, keys)
+    assert set(out.weights.unique().tolist()) == {0.0, 1.0} and torch.equal(
+        out.weights.sum(-1), torch.ones(8)
+    )
+    assert torch.equal(out.context, features[torch.arange(8), out.weights.argmax(-1)])  # exactly a_{s_t}
+    grads = torch.autograd.grad((out.weights * probe).sum(), list(layer.parameters()), retain_graph=True)
+    # Reference: torch's own Gumbel-softmax on the same scores with the same noise (same seed).
+    scores = layer.scores(query, keys)
+    torch.manual_seed(2)
+    relaxed = F.gumbel_softmax(scores, tau=0.7, hard=False)
+    torch.manual_seed(2)
+    assert torch.equal(F.gumbel_softmax(scores, tau=0.7, hard=True).argmax(-1), out.weights.argmax(-1))
+    expected = torch.autograd.grad((relaxed * probe).sum(), list(layer.parameters()))
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e)
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+def test_gumbel_temperature_schedule_advances_only_in_training_and_is_checkpointed():
+    layer = GumbelHardAttention(5, 4, 6, tau_start=2.0, tau_min=0.5, tau_decay=0.1).train()
+    args = (torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2), torch.ones(2, 3))
+    for _ in range(5):
+        _, logs = layer.auxiliary_loss(*args)
+    assert layer.step == 5 and logs["tau"] == pytest.approx(2.0 * math.exp(-0.4))  # τ of the 5th update
+    assert layer.tau == pytest.approx(2.0 * math.exp(-0.5))
+    layer.eval()
+    layer.auxiliary_loss(*args)
+    assert layer.step == 5
+    restored = GumbelHardAttention(5, 4, 6, tau_start=2.0, tau_min=0.5, tau_decay=0.1)
+    restored.load_state_dict(layer.state_dict())
+    assert restored.tau == layer.tau
+    restored.step.fill_(100)
+    assert restored.tau == 0.5  # clamped at τ_min
+
+
+def test_multi_sample_decoding_repeats_each_caption_in_training_only():
+    extra = [
+        "model.net.decoder.attention.num_samples=3",
+        "model.net.decoder.attention.baseline=leave_one_out",
+    ]
+    net = build_net("hard_reinforce", 12, extra=extra).train()
+    features, tokens = random_batch(net, batch=2, steps=5, vocab_size=12)
+    inputs, targets = shift_inputs(tokens)
+    out = net.decoder(features, inputs)
+    assert out.logits.shape == (6, 4, 12) and out.aux["location_log_prob"].shape == (6, 4)
+    torch.testing.assert_close(out.alphas[0:3, 0], out.alphas[0:1, 0].expand(3, -1))  # same caption, same α_1
+    terms = caption_loss(out, targets, net.decoder, alpha_c=1.0)
+    assert torch.isfinite(terms.loss) and {"reward_mean", "baseline", "attention_entropy"} <= set(terms.logs)
+    assert net.eval().decoder(features, inputs).logits.shape == (2, 4, 12)
+
+
+class _FakeModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Module()
+        self.net.decoder = nn.Module()
+        self.net.decoder.attention = nn.Linear(2, 2)
+        self.logged = {}
+
+    def log(self, name, value, **kwargs):
+        self.logged[name] = value
+
+
+def test_attention_grad_norm_callback_logs_the_l2_norm():
+    module = _FakeModule()
+    module.net.decoder.attention.weight.grad = torch.tensor([[3.0, 0.0], [0.0, 0.0]])
+    module.net.decoder.attention.bias.grad = torch.tensor([0.0, 4.0])
+    AttentionGradNorm().on_before_optimizer_step(None, module, None)
+    torch.testing.assert_close(module.logged["train/attention_grad_norm"], torch.tensor(5.0))
+    AttentionGradNorm(module="net.decoder.missing").on_before_optimizer_step(None, module, None)
+    assert len(module.logged) == 1  # nothing to measure: nothing logged
+
+
+@pytest.mark.parametrize("decoder", ["hard_reinforce", "hard_gumbel"])
+def test_caption_cli_draws_one_hot_attention_from_a_hard_checkpoint(decoder, tmp_path, capsys):
+    ckpt = train(compose_train([f"model/decoder={decoder}", *TINY, "trainer.max_epochs=1"], tmp_path))
+    state = torch.load(ckpt, weights_only=True)["state_dict"]
+    buffer = "baseline" if decoder == "hard_reinforce" else "step"
+    assert state[f"net.decoder.attention.{buffer}"].numel() == 1  # the layer's training state is saved
+    image = tmp_path / "scene.png"
+    Image.fromarray(render_scene((99, 0)).image).save(image)
+    capsys.readouterr()  # drop the training run's progress output
+    assert main(["caption", str(image), "--checkpoint", ckpt, "--beam", "2", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["tokens"] and len(obj["attention"]) == len(obj["tokens"])
+    for row in obj["attention"]:
+        assert sorted(row) == [0.0] * 8 + [1.0]  # one selected cell per word
+    overlay = tmp_path / "att.png"
+    assert main(["caption", str(image), "--checkpoint", ckpt, "--overlay", str(overlay)]) == 0
+    assert np.asarray(Image.open(overlay))[..., :3].std() > 5

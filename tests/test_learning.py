@@ -1,0 +1,54 @@
+"""The default model really learns: a short CPU training run captions held-out scenes, including scenes
+drawn by an independently written renderer of the same spec (tests/alt_renderer.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from captioning.checkpoint import load_captioner
+from captioning.inference import caption_images
+from captioning.metrics.coco import score_captions
+from captioning.train import train
+
+from alt_renderer import references, render
+from conftest import compose_train
+
+pytestmark = pytest.mark.slow
+
+# Minutes of training for this test: enough to caption well, short enough for CI on 2 cores.
+BUDGET = "00:00:03:30"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("learn")
+    cfg = compose_train(
+        [f"trainer.max_time={BUDGET}", "logger=csv", "trainer.enable_progress_bar=false"], out
+    )
+    best = train(cfg)
+    return load_captioner(best), out
+
+
+def test_validation_bleu_is_high(trained):
+    model, out = trained
+    metrics = next(out.rglob("metrics.csv")).read_text().splitlines()
+    header = metrics[0].split(",")
+    col = header.index("val/Bleu_4")
+    bleu = [float(row.split(",")[col]) for row in metrics[1:] if row.split(",")[col]]
+    assert max(bleu) >= 0.6, bleu
+
+
+def test_generalises_to_another_renderer(trained):
+    model, _ = trained
+    rng = np.random.default_rng(1234)
+    scenes = [render(rng) for _ in range(60)]
+    images = [Image.fromarray(img) for img, _ in scenes]
+    with torch.no_grad():
+        caps = caption_images(model, images, [str(i) for i in range(len(images))], beam_size=1)
+    hyps = {i: c.caption for i, c in enumerate(caps)}
+    refs = {i: references(objects) for i, (_, objects) in enumerate(scenes)}
+    scores = score_captions(refs, hyps, metrics=("Bleu_4",), tokenizer="simple")
+    assert scores["Bleu_4"] >= 0.5, (scores, list(hyps.values())[:5])

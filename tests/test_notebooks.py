@@ -1,0 +1,148 @@
+"""The notebooks run top to bottom (nbclient, the venv's python3 kernel) against tiny checkpoints."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from PIL import Image
+
+from captioning.checkpoint import load_captioner
+from captioning.data.synthetic import render_scene
+from captioning.inference import caption_images
+from captioning.train import train
+
+from conftest import REPO, TINY, compose_train
+
+NOTEBOOKS = REPO / "notebooks"
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, str]:
+    """A soft and a hard attention checkpoint, each trained for two steps."""
+    paths = {}
+    for decoder in ("soft", "hard_gumbel"):
+        out = tmp_path_factory.mktemp(decoder)
+        overrides = [
+            f"model/decoder={decoder}",
+            *TINY,
+            "trainer.max_epochs=1",
+            "+trainer.limit_train_batches=2",
+        ]
+        paths[decoder] = train(compose_train([*overrides, "trainer.enable_progress_bar=false"], out))
+    return paths
+
+
+def execute(name: str, cwd) -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    # The kernel inherits this process's environment (the CAPTIONING_* variables set by the tests).
+    NotebookClient(
+        nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(cwd)}}
+    ).execute()
+    return nb
+
+
+def tagged(nb, tag: str):
+    (cell,) = [c for c in nb.cells if tag in c.metadata.get("tags", [])]
+    return cell
+
+
+def stdout(cell) -> str:
+    return "".join(o["text"] for o in cell.outputs if o["output_type"] == "stream" and o["name"] == "stdout")
+
+
+def count_pngs(nb) -> int:
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+@pytest.mark.parametrize("name", ["attention_walkthrough", "compare_soft_hard"])
+def test_notebooks_are_committed_without_outputs(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(c.outputs == [] and c.execution_count is None for c in code)
+    assert nb.metadata.kernelspec.name == "python3"
+
+
+@pytest.mark.slow
+def test_attention_walkthrough(checkpoints, tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTIONING_CHECKPOINT", checkpoints["soft"])
+    monkeypatch.setenv("CAPTIONING_HARD_CHECKPOINT", checkpoints["hard_gumbel"])
+    monkeypatch.delenv("CAPTIONING_IMAGES", raising=False)
+    nb = execute("attention_walkthrough", tmp_path)
+
+    # The notebook's captions are the CLI path's captions of the same scenes (beam 3).
+    soft = load_captioner(checkpoints["soft"])
+    images = [Image.fromarray(render_scene((2015, 7, i)).image) for i in range(3)]
+    expected = caption_images(soft, images, [f"scene {i}" for i in range(3)], beam_size=3)
+    lines = stdout(tagged(nb, "captions")).splitlines()
+    assert [line.split("\t")[:2] for line in lines] == [[c.image, c.caption] for c in expected]
+
+    # Figures: the scenes, one overlay per scene, then soft and hard overlays of the first scene.
+    assert count_pngs(nb) == 1 + 3 + 2
+    comparison = stdout(tagged(nb, "soft_vs_hard")).splitlines()
+    assert [line.split(":")[0] for line in comparison] == ["soft", "hard"]
+    hard = load_captioner(checkpoints["hard_gumbel"])
+    (hard_caption,) = caption_images(hard, images[:1], ["scene 0"], beam_size=3)
+    if hard_caption.tokens:  # one-hot rows: zero entropy (an empty caption has no rows to measure)
+        assert "mean attention entropy 0.000 nats" in comparison[1]
+    assert repr(hard_caption.caption) in comparison[1]
+
+
+def fake_results() -> list[dict]:
+    runs = []
+    for decoder, base in (("soft", 0.60), ("hard_gumbel", 0.55)):
+        for seed in range(3):
+            scores = {f"Bleu_{n}": base / n + 0.01 * seed for n in range(1, 5)}
+            scores.update(
+                METEOR=None, ROUGE_L=base - 0.1, CIDEr=base + 0.02 * seed + (0.01 if seed == 2 else 0)
+            )
+            runs.append(
+                {
+                    "decoder": decoder,
+                    "seed": seed,
+                    **scores,
+                    "train_minutes": 10.0 + seed,
+                    "params": 2_500_000,
+                }
+            )
+    return runs
+
+
+@pytest.mark.slow
+def test_compare_soft_hard(tmp_path, monkeypatch):
+    runs = fake_results()
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(runs))
+    monkeypatch.setenv("CAPTIONING_RESULTS", str(results))
+    nb = execute("compare_soft_hard", tmp_path)
+
+    (summary,) = [o for o in tagged(nb, "summary").outputs if "text/markdown" in o.get("data", {})]
+    table = summary["data"]["text/markdown"].splitlines()
+    header = [h.strip() for h in table[0].strip("|").split("|")]
+    assert header == [
+        "decoder",
+        "runs",
+        "Bleu_1",
+        "Bleu_2",
+        "Bleu_3",
+        "Bleu_4",
+        "ROUGE_L",
+        "CIDEr",
+        "train min",
+        "params (M)",
+    ]  # METEOR: null in every run, so left out
+    rows = {
+        r.strip("|").split("|")[0].strip(): [v.strip() for v in r.strip("|").split("|")] for r in table[2:]
+    }
+    for decoder in ("soft", "hard_gumbel"):
+        cider = [100 * r["CIDEr"] for r in runs if r["decoder"] == decoder]
+        assert rows[decoder][1] == "3"
+        assert rows[decoder][7] == f"{statistics.mean(cider):.1f} ± {statistics.stdev(cider):.1f}"
+        assert rows[decoder][9] == "2.50 ± 0.00"
+    paired = stdout(tagged(nb, "paired"))
+    assert "hard_gumbel - soft    CIDEr: -5.00 ± 0.00 over 3 seeds" in paired
+    assert count_pngs(nb) == 2

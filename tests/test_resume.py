@@ -1,0 +1,222 @@
+"""Crashes lose only the work since the last checkpoint: atomic writes, SIGKILL + ckpt_path=last resume."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import pytest
+import pytorch_lightning as pl
+import torch
+from corpus import build_module, checkpoint_dict, write_checkpoint
+from omegaconf import OmegaConf, open_dict
+
+from captioning import checkpoint_io
+from captioning.checkpoint_io import AtomicCheckpointIO, atomic_torch_save
+from captioning.data.sources import SyntheticSource
+from captioning.lit_module import CHECKPOINT_KEY
+from captioning.resume import ResumeError, check_resume_matches, resolve_ckpt_path
+from captioning.train import train
+
+from conftest import REPO, TINY, compose_train
+
+EVERY = 5  # last.ckpt every EVERY optimizer steps in the killed run
+# 200 scenes x 5 captions / batch 8 = 125 steps in the epoch: the kill lands well inside it.
+RUN = [
+    *TINY,
+    "data.train.num_images=200",
+    "trainer.max_epochs=1",
+    f"callbacks.last_checkpoint.every_n_train_steps={EVERY}",
+]
+
+
+# ---------------------------------------------------------------------------------- atomic writes
+
+
+def test_a_crash_mid_write_leaves_the_previous_checkpoint_intact(tmp_path: Path, monkeypatch) -> None:
+    target = tmp_path / "checkpoints" / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"global_step": 10, "w": torch.ones(1000)}, target)
+    before = target.read_bytes()
+
+    def crash_after_partial_bytes(obj, f):
+        f.write(b"PK\x03\x04" + b"\x00" * 4096)  # the start of a zip, then the "power cut"
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint_io.torch, "save", crash_after_partial_bytes)
+    with pytest.raises(OSError, match="No space left on device"):
+        AtomicCheckpointIO().save_checkpoint({"global_step": 20, "w": torch.zeros(1000)}, target)
+    assert target.read_bytes() == before
+    assert torch.load(target, weights_only=True)["global_step"] == 10
+    assert sorted(p.name for p in target.parent.iterdir()) == ["last.ckpt"]  # no temp file left behind
+
+
+def test_a_temp_file_left_by_a_killed_writer_is_removed_at_the_next_save(tmp_path: Path) -> None:
+    target = tmp_path / "last.ckpt"
+    stale = tmp_path / ".last.ckpt.4242-deadbeef.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    other = tmp_path / ".best.ckpt.4242-deadbeef.tmp"  # another target's temp: not ours to delete
+    other.write_bytes(b"x")
+    atomic_torch_save({"global_step": 3}, target)
+    assert not stale.exists() and other.exists()
+    assert torch.load(target, weights_only=True) == {"global_step": 3}
+
+
+def test_file_urls_are_saved_atomically_too(tmp_path: Path) -> None:
+    AtomicCheckpointIO().save_checkpoint({"global_step": 1}, f"file://{tmp_path}/a/last.ckpt")
+    assert torch.load(tmp_path / "a" / "last.ckpt", weights_only=True) == {"global_step": 1}
+
+
+def test_periodic_and_best_checkpoints_share_one_last_ckpt(tmp_path: Path) -> None:
+    # 8 scenes x 5 captions / batch 8 = 5 steps: last.ckpt at steps 2 and 4, then best + last at epoch end.
+    run = [
+        *TINY,
+        "data.train.num_images=8",
+        "trainer.max_epochs=1",
+        "callbacks.last_checkpoint.every_n_train_steps=2",
+    ]
+    best = Path(train(compose_train(run, tmp_path)))
+    files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert files == sorted([best.name, "last.ckpt"])  # overwritten in place: no last-v1.ckpt, no temp files
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 5
+
+
+def test_the_trainer_config_writes_checkpoints_atomically(tmp_path: Path) -> None:
+    cfg = compose_train(TINY, tmp_path)
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=[], logger=False)
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+# ------------------------------------------------------------------------------- resume: errors
+
+
+def test_ckpt_path_last_without_a_checkpoint_fails_before_reading_data(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(
+        SyntheticSource, "__init__", lambda *a, **k: pytest.fail("data read before the check")
+    )
+    cfg = compose_train([*TINY, "ckpt_path=last"], tmp_path)
+    with pytest.raises(ResumeError) as info:
+        train(cfg)
+    assert f"ckpt_path=last: {tmp_path / 'checkpoints' / 'last.ckpt'} does not exist" in str(info.value)
+    assert "same hydra.run.dir" in str(info.value)
+
+
+def test_resolve_ckpt_path(tmp_path: Path) -> None:
+    last = write_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert resolve_ckpt_path(None, tmp_path) is None
+    assert resolve_ckpt_path("last", tmp_path) == str(last)
+    assert resolve_ckpt_path(str(last), "/elsewhere") == str(last)
+    with pytest.raises(ResumeError, match="ckpt_path=nope.ckpt: no such checkpoint file"):
+        resolve_ckpt_path("nope.ckpt", tmp_path)
+
+
+def test_resuming_with_another_vocabulary_or_model_is_refused(tmp_path: Path) -> None:
+    module = build_module(["a", "red", "circle"])
+    path = tmp_path / "last.ckpt"
+    torch.save(checkpoint_dict(module), path)
+    check_resume_matches(path, module.vocab.to_dict(), module.net_config)  # the same run: accepted
+    with pytest.raises(
+        ResumeError, match="its vocabulary \\(7 words\\) differs .* \\(8 words\\), first at id 6"
+    ):
+        check_resume_matches(path, {"itos": [*module.vocab.itos[:6], "square", "circle"]}, module.net_config)
+    wider = build_module(["a", "red", "circle"], ["model.net.decoder.hidden_dim=24"])
+    with pytest.raises(ResumeError, match="the network config differs .*decoder.hidden_dim: 16 -> 24"):
+        check_resume_matches(path, module.vocab.to_dict(), wider.net_config)
+
+
+# ----------------------------------------------------------------------- resume: SIGKILL mid-epoch
+
+
+class ResumeProbe(pl.Callback):
+    """Records the state the resumed run starts from (instantiated by Hydra from the test's config)."""
+
+    seen: dict = {}
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module) -> None:
+        ResumeProbe.seen.update(
+            start_step=trainer.global_step,
+            epoch=trainer.current_epoch,
+            optimizer=copy.deepcopy(trainer.optimizers[0].state_dict()),
+            scheduler=trainer.lr_scheduler_configs[0].scheduler.state_dict(),
+            weights={k: v.detach().clone() for k, v in pl_module.state_dict().items()},
+            vocab=list(pl_module.vocab.itos),
+            net_config=pl_module.net_config,
+        )
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
+        ResumeProbe.seen.setdefault("first_batch_idx", batch_idx)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module) -> None:
+        ResumeProbe.seen["end_step"] = trainer.global_step
+
+
+def _kill_once_checkpointed(run_dir: Path, timeout_s: float = 240.0) -> None:
+    """Start ``python -m captioning.train``, SIGKILL it as soon as its first last.ckpt exists."""
+    command = [sys.executable, "-m", "captioning.train", *RUN, f"hydra.run.dir={run_dir}"]
+    command.append("trainer.enable_progress_bar=false")
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    log = (run_dir.parent / "killed_run.log").open("wb")
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not last.exists():
+            if process.poll() is not None:
+                pytest.fail(
+                    f"training exited ({process.returncode}) before its first checkpoint:\n"
+                    + (run_dir.parent / "killed_run.log").read_text()[-3000:]
+                )
+            if time.monotonic() > deadline:
+                pytest.fail("no checkpoint within the time limit")
+            time.sleep(0.02)
+    finally:
+        process.send_signal(signal.SIGKILL)  # no cleanup handlers, no flush: a crash
+        process.wait()
+        log.close()
+    assert process.returncode == -signal.SIGKILL
+
+
+def _assert_same_optimizer_state(saved: dict, live: dict) -> None:
+    assert saved["state"].keys() == live["state"].keys() and len(saved["state"]) > 0
+    for index, saved_state in saved["state"].items():
+        for key, value in saved_state.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(live["state"][index][key])), (
+                index,
+                key,
+            )
+    for saved_group, live_group in zip(saved["param_groups"], live["param_groups"]):
+        assert saved_group == live_group
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_then_resume_continues_from_the_saved_step(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _kill_once_checkpointed(run_dir)
+    saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)  # intact despite the kill
+    step = saved["global_step"]
+    # Saved from the hook that ends batch `step - 1`: that batch counts as processed.
+    processed = saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["processed"]
+    assert step > 0 and step % EVERY == 0 and saved["epoch"] == 0
+    assert processed == step and 0 < processed < 125  # mid-epoch
+
+    cfg = compose_train([*RUN, "ckpt_path=last", f"trainer.max_steps={step + 3}"], run_dir)
+    with open_dict(cfg):
+        cfg.callbacks.resume_probe = OmegaConf.create({"_target_": f"{__name__}.ResumeProbe"})
+    ResumeProbe.seen.clear()
+    train(cfg)
+    seen = ResumeProbe.seen
+
+    assert seen["start_step"] == step and seen["epoch"] == 0
+    assert seen["first_batch_idx"] == processed  # continues inside the interrupted epoch
+    assert seen["end_step"] == step + 3
+    _assert_same_optimizer_state(saved["optimizer_states"][0], seen["optimizer"])
+    assert seen["scheduler"]["last_epoch"] == saved["lr_schedulers"][0]["last_epoch"] == step
+    for name, tensor in saved["state_dict"].items():
+        assert torch.equal(tensor, seen["weights"][name]), name
+    assert seen["vocab"] == saved[CHECKPOINT_KEY]["vocab"]["itos"]
+    assert seen["net_config"] == saved[CHECKPOINT_KEY]["net_config"]

@@ -1,0 +1,198 @@
+"""The Transformer decoder: fused attention against a naive reference, causality, the KV cache."""
+
+import math
+
+import pytest
+import torch
+from helpers import build_net, random_batch
+
+from captioning.decoding import beam_search, greedy
+from captioning.models.attention.multihead import MultiHeadSDPA, attention_weights, fused_attention
+from captioning.models.decoders.transformer import TransformerDecoder
+from captioning.models.position import sinusoidal_1d, sinusoidal_2d, square_grid_side
+
+V = 12
+
+
+def naive_attention(q, k, v, mask=None, causal=False):
+    """softmax(Q Kᵀ / √d) V written out, masked keys at -inf: (B, h, T, d) -> out, weights."""
+    scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+    if causal:
+        t, s = scores.shape[-2:]
+        later = torch.arange(s)[None, :] > torch.arange(t)[:, None]  # (T, S) key after query
+        scores = scores.masked_fill(later, float("-inf"))
+    weights = torch.softmax(scores, -1)
+    return torch.einsum("bhts,bhsd->bhtd", weights, v), weights
+
+
+def decoder(use_cache=True, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    args = {
+        "vocab_size": V,
+        "feature_dim": 10,
+        "embed_dim": 16,
+        "hidden_dim": 24,
+        "num_layers": 2,
+        "num_heads": 4,
+    }
+    return TransformerDecoder(**{**args, **kwargs}, use_cache=use_cache).eval()
+
+
+def grid(batch=3, side=3, seed=0):
+    return torch.randn(batch, side * side, 10, generator=torch.Generator().manual_seed(seed))  # (B, L, F)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention_equals_the_naive_reference(masked, causal):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8, generator=g) for _ in range(3))  # (B, h, T=S, d)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]]) if masked else None
+    if masked and causal:
+        mask[1] = True  # causal + padding: keep every query with at least one key
+        mask[1, 4] = False
+    expected, expected_w = naive_attention(q, k, v, mask, causal)
+    torch.testing.assert_close(fused_attention(q, k, v, mask, causal), expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(attention_weights(q, k, mask, causal), expected_w, atol=1e-6, rtol=1e-5)
+
+
+def test_module_weights_path_gives_the_same_output_and_the_weights_it_applies():
+    torch.manual_seed(0)
+    mha = MultiHeadSDPA(embed_dim=16, num_heads=4).eval()
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[0, 4:] = False
+    fused, none = mha(x, memory, mask)
+    out, weights = mha(x, memory, mask, need_weights=True)
+    assert none is None and weights.shape == (2, 4, 5, 7)
+    assert torch.equal(out, fused)  # asking for weights never changes the output
+    assert torch.all(weights[0, :, :, 4:] == 0)
+    # the output is W_o [weights · V] with V from the packed projection, heads concatenated
+    _, v = mha.project_kv(memory)
+    heads = weights @ v  # (B, h, T, d)
+    manual = mha.out_proj(heads.transpose(1, 2).reshape(2, 5, 16))
+    torch.testing.assert_close(out, manual, atol=1e-6, rtol=1e-5)
+    # packed projection: self-attention's single matmul equals the separate q and kv projections
+    q, k_self, v_self = mha.project_qkv(memory)
+    k2, v2 = mha.project_kv(memory)
+    torch.testing.assert_close(q, mha.project_q(memory))
+    assert torch.equal(k_self, k2) and torch.equal(v_self, v2)
+
+
+def test_a_later_token_never_changes_earlier_logits():
+    dec = decoder()
+    features = grid()
+    tokens = torch.randint(3, V, (3, 7), generator=torch.Generator().manual_seed(1))
+    changed = tokens.clone()
+    changed[:, 4:] = (tokens[:, 4:] + 1) % V
+    a, b = dec(features, tokens).logits, dec(features, changed).logits
+    torch.testing.assert_close(a[:, :4], b[:, :4], atol=1e-6, rtol=1e-6)
+    assert (a[:, 4:] - b[:, 4:]).abs().max() > 1e-3  # and the later positions do see it
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_cached_steps_equal_full_recomputation_at_every_step(masked):
+    cached, full = decoder(use_cache=True), decoder(use_cache=False)
+    features = grid()
+    mask = torch.ones(3, 9, dtype=torch.bool)
+    if masked:
+        mask[0, 5:] = False
+        mask[2, :2] = False
+    tokens = torch.randint(3, V, (3, 8), generator=torch.Generator().manual_seed(2))
+    tokens[:, 0] = 1
+    teacher = cached(features, tokens, mask)
+    s_cache, s_full = cached.init_state(features, mask), full.init_state(features, mask)
+    with torch.no_grad():
+        for t in range(tokens.shape[1]):
+            l_cache, a_cache, s_cache = cached.step(tokens[:, t], s_cache)
+            l_full, a_full, s_full = full.step(tokens[:, t], s_full)
+            torch.testing.assert_close(l_cache, l_full, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(a_cache, a_full, atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(l_cache, teacher.logits[:, t], atol=1e-5, rtol=1e-5)
+            assert s_cache["self_k0"].shape == (3, 4, t + 1, 4)  # the cache grew by one position
+            assert torch.all(a_cache[~mask] == 0)  # masked locations get no attention
+
+
+def test_beam_search_with_the_cache_equals_beam_search_without():
+    cached, full = decoder(use_cache=True, seed=3), decoder(use_cache=False, seed=3)
+    features = grid(batch=4, seed=4)
+    for k in (1, 3):
+        a = beam_search(cached, features, beam_size=k, max_length=9)
+        b = beam_search(full, features, beam_size=k, max_length=9)
+        assert torch.equal(a.tokens, b.tokens)
+        torch.testing.assert_close(a.log_prob, b.log_prob, atol=1e-5, rtol=0)
+        torch.testing.assert_close(a.attention, b.attention, atol=1e-5, rtol=0)
+    assert torch.equal(
+        greedy(cached, features, max_length=9).tokens, greedy(full, features, max_length=9).tokens
+    )
+
+
+def test_reordering_moves_the_growing_cache_and_never_copies_per_image_keys():
+    dec = decoder()
+    state = dec.expand_state(dec.init_state(grid(batch=2)), 2)  # 4 rows, beams of an image adjacent
+    _, _, state = dec.step(torch.tensor([1, 1, 1, 1]), state)
+    _, _, state = dec.step(torch.tensor([4, 5, 6, 7]), state)
+    rows = torch.tensor([1, 1, 3, 2])
+    moved = dec.reorder_state(state, rows)
+    assert moved["cross_k0"] is state["cross_k0"] and moved["cross_v1"] is state["cross_v1"]
+    assert torch.equal(moved["self_k1"], state["self_k1"][rows])
+    assert torch.equal(moved["self_v0"], state["self_v0"][rows])
+
+
+def test_attention_head_and_layer_options_select_the_weights():
+    features = grid()
+    tokens = torch.randint(3, V, (3, 5), generator=torch.Generator().manual_seed(5))
+    mean = decoder(seed=6)(features, tokens).attention  # (B, T, L), last layer mean over heads
+    per_head = [decoder(seed=6, attention_head=h)(features, tokens).attention for h in range(4)]
+    torch.testing.assert_close(torch.stack(per_head).mean(0), mean)
+    first = decoder(seed=6, attention_layer=0)(features, tokens)
+    assert not torch.allclose(first.attention, mean)  # a different layer's attention
+    torch.testing.assert_close(first.logits, decoder(seed=6)(features, tokens).logits)  # outputs unchanged
+    with pytest.raises(ValueError, match="attention_head=4"):
+        decoder(attention_head=4)
+
+
+def test_tied_output_layer_and_training_attention_carries_no_gradient():
+    dec = decoder()
+    assert dec.out.weight is dec.embedding.weight
+    assert decoder(tie_embeddings=False).out.weight is not decoder(tie_embeddings=False).embedding.weight
+    out = dec.train()(grid(), torch.randint(3, V, (3, 4)))
+    assert out.logits.requires_grad and not out.alphas.requires_grad  # eq. 14 stays inert
+
+
+def test_bf16_autocast_runs_the_module_unchanged():
+    dec = decoder(seed=7)
+    features = grid(seed=8)
+    tokens = torch.randint(3, V, (3, 6), generator=torch.Generator().manual_seed(9))
+    ref = dec(features, tokens).logits
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = dec(features, tokens).logits
+        state = dec.init_state(features)
+        logits, att, state = dec.step(tokens[:, 0], state)
+        logits, att, state = dec.step(tokens[:, 1], state)
+    assert low.dtype == torch.bfloat16 and state["self_k0"].dtype == torch.bfloat16
+    torch.testing.assert_close(low.float(), ref, atol=0.1, rtol=0.05)
+    torch.testing.assert_close(logits.float(), ref[:, 1], atol=0.1, rtol=0.05)
+    torch.testing.assert_close(att.float().sum(-1), torch.ones(3), atol=1e-2, rtol=0)
+
+
+def test_position_encodings():
+    pe = sinusoidal_1d(torch.arange(4), 8)  # (4, 8)
+    torch.testing.assert_close(pe[:, 0], torch.sin(torch.arange(4.0)))
+    torch.testing.assert_close(pe[:, 1], torch.cos(torch.arange(4.0)))
+    grid2d = sinusoidal_2d(2, 3, 8)  # (6, 8): rows in the first half, columns in the second
+    assert grid2d.shape == (6, 8)
+    torch.testing.assert_close(grid2d[3, :4], sinusoidal_1d(torch.tensor(1), 4))  # row 1
+    torch.testing.assert_close(grid2d[3, 4:], sinusoidal_1d(torch.tensor(0), 4))  # column 0
+    assert square_grid_side(36) == 6
+    with pytest.raises(ValueError, match="L=10"):
+        square_grid_side(10)
+
+
+def test_config_builds_the_transformer_with_tiny_sizes():
+    net = build_net("transformer", V).eval()
+    features, tokens = random_batch(net, batch=2, steps=4, vocab_size=V)
+    assert isinstance(net.decoder, TransformerDecoder) and net.decoder.embed_dim == 16
+    assert net.decoder(features, tokens).logits.shape == (2, 4, V)
