@@ -40,7 +40,7 @@ class CaptionLitModule(pl.LightningModule):
         image_size: int = 224,
     ):
         super().__init__()
-        if beam_size < 1:
+        if not isinstance(beam_size, int) or beam_size < 1:
             raise ValueError(f"decoding beam_size must be >= 1, got {beam_size}")
         self.net = net
         self.vocab = Vocab.from_dict(vocab)

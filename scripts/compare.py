@@ -1,9 +1,9 @@
 """Compare decoders over seeds: train each (decoder, seed), evaluate on one split, tabulate and plot.
 
     python scripts/compare.py --decoders soft,hard_reinforce,hard_gumbel --seeds 0,1,2 \\
-        --out-dir compare/synthetic trainer.max_time=00:00:05:00          # synthetic scenes, minutes
+        --out-dir outputs/compare/synthetic trainer.max_time=00:00:05:00          # synthetic scenes, minutes
     python scripts/compare.py --experiments flickr8k_soft,flickr8k_hard_reinforce,flickr8k_hard_gumbel \\
-        --out-dir compare/flickr8k                                         # cached features, ~1 h per run
+        --out-dir outputs/compare/flickr8k                                         # cached features, ~1 h per run
 
 Every run is ``captioning.train.train`` called in-process on the composed train config (the same code
 path as ``captioning-train``), one after the other like Hydra's basic multirun launcher. In-process
@@ -72,7 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help=f"allow fewer than {MIN_SEEDS} seeds (smoke tests only)",
     )
-    parser.add_argument("--out-dir", type=Path, default=Path("compare") / time.strftime("%Y-%m-%d_%H-%M-%S"))
+    parser.add_argument(
+        "--out-dir", type=Path, default=Path("outputs") / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    )
     parser.add_argument("--split", default="test", choices=("val", "test"), help="evaluation split")
     parser.add_argument("--beam", type=int, default=3, help="beam size of the evaluation (default: 3)")
     parser.add_argument(
