@@ -6,6 +6,7 @@ STAMP   := .venv/.installed
 export WANDB_MODE ?= offline
 export HF_HUB_OFFLINE := 1
 export PYTHONHASHSEED := 0
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: help setup train test test-fast lint format bench clean
 

@@ -14,7 +14,7 @@ are known exactly, with no parsing of a sweep's stdout. Each run is then scored 
 exists is not trained again, so an interrupted comparison resumes where it stopped.
 
 Writes ``OUT/comparison.md`` (mean ± sample std over seeds, 0-1 scale), ``OUT/comparison.png`` (bars
-with ±1 std error bars) and ``OUT/runs.json`` (every run). Extra arguments are Hydra overrides given to
+with ±1 std error bars) and ``OUT/results.json`` (every run). Extra arguments are Hydra overrides given to
 every training run, e.g. ``trainer.max_epochs=3 data.train.num_images=2000``.
 """
 
@@ -139,6 +139,7 @@ def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dic
         "decoder": choices["model/decoder"],
         "checkpoint": checkpoint,
         "train_seconds": train_seconds,
+        "train_minutes": train_seconds / 60,
         "params": evaluation.params["trainable"],
         **report.scores,
         "grounding": evaluation.grounding["grounding"] if evaluation.grounding else None,
@@ -239,13 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     rows = [run_one(label, choice, seed, args) for label, choice in args.runs for seed in args.seeds]
     summary = summarise(rows, [label for label, _ in args.runs])
-    (args.out_dir / "runs.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (args.out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     (args.out_dir / "comparison.md").write_text(markdown(rows, summary, args))
     title = f"{args.split} split, beam {args.beam}, {len(args.seeds)} seeds per configuration"
     bar_chart(summary, present_columns(rows), args.out_dir / "comparison.png", title)
     print((args.out_dir / "comparison.md").read_text())
     print(
-        f"wrote {args.out_dir / 'comparison.md'}, {args.out_dir / 'comparison.png'}, {args.out_dir / 'runs.json'}"
+        f"wrote {args.out_dir / 'comparison.md'}, {args.out_dir / 'comparison.png'}, {args.out_dir / 'results.json'}"
     )
     return 0
 

@@ -25,7 +25,14 @@ OUT = Path("outputs/make_train")
 
 def main() -> int:
     env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
-    overrides = sys.argv[1:]
+    # 800 steps of batch 64 (~1.7 epochs of 6,000 scenes) with the cosine schedule annealed over them,
+    # capped at 4 min 50 s of wall-clock so `make train` stays under 5 minutes of training on 2 cores.
+    overrides = [
+        "trainer.max_steps=800",
+        "trainer.max_time=00:00:04:50",
+        "trainer.val_check_interval=200",
+        *sys.argv[1:],
+    ]
     start = time.time()
     print(f"$ captioning-train {' '.join(overrides)}", flush=True)
     proc = subprocess.Popen(

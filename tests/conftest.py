@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-import torch
-from hydra import compose, initialize_config_dir
-
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts OpenMP: see captioning/__init__.py
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
 torch.set_num_threads(2)
 
 REPO = Path(__file__).resolve().parents[1]

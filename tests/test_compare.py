@@ -45,7 +45,7 @@ def test_compare_tabulates_mean_and_std_over_seeds(tmp_path, capsys):
     ]  # fmt: skip
     assert compare.main(argv) == 0
 
-    runs = json.loads((out / "runs.json").read_text())
+    runs = json.loads((out / "results.json").read_text())
     assert [(r["label"], r["seed"]) for r in runs] == [(d, s) for d in PAIR for s in (0, 1)]
     for r in runs:
         run_dir = out / "runs" / f"{r['label']}-seed{r['seed']}"
@@ -74,7 +74,7 @@ def test_compare_tabulates_mean_and_std_over_seeds(tmp_path, capsys):
     capsys.readouterr()
     assert compare.main(argv) == 0
     assert capsys.readouterr().out.count("reusing") == 4
-    assert json.loads((out / "runs.json").read_text()) == runs
+    assert json.loads((out / "results.json").read_text()) == runs
 
 
 def test_compare_asks_for_three_seeds(tmp_path):
