@@ -38,6 +38,7 @@ class CaptionLitModule(pl.LightningModule):
         length_penalty: float = 0.0,
         val_metrics: Sequence[str] = ("Bleu_4", "CIDEr"),
         image_size: int = 224,
+        compile: bool = False,
     ):
         super().__init__()
         if not isinstance(beam_size, int) or beam_size < 1:
@@ -54,6 +55,8 @@ class CaptionLitModule(pl.LightningModule):
         self.decoding = {"beam_size": beam_size, "max_length": max_length, "length_penalty": length_penalty}
         self.val_metrics = tuple(val_metrics)
         self.image_size = image_size  # saved so `captioning caption` resizes images as in training
+        if compile:
+            net.decoder.compile_step()  # torch.compile of the per-token step (see scripts/bench.py)
         self.save_hyperparameters(ignore=["net", "optimizer", "scheduler", "vocab", "net_config"])
         self._generated: list[tuple[Any, str, list[str]]] = []
 

@@ -28,14 +28,17 @@ COLUMNS = ["image_id", "epoch", "caption", "references", "overlay"]
 @dataclass
 class Example:
     image_id: int | str
-    pixels: Tensor  # (3, S, S) float in [0, 1]: the model's input, exactly as in validation
+    inputs: Tensor  # the model input exactly as in validation: (3, S, S) pixels in [0, 1] or (L, D) cached features
     references: list[str]
+    display: np.ndarray | None = None  # (H, W, 3) uint8; None: drawn from ``inputs`` (pixels only)
 
     @property
     def image(self) -> np.ndarray:
-        """(S, S, 3) uint8 for display."""
+        """(H, W, 3) uint8 for display."""
+        if self.display is not None:
+            return self.display
         return (
-            (self.pixels.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
+            (self.inputs.clamp(0, 1) * 255).round().byte().permute(1, 2, 0).numpy()
         )  # (3, S, S) -> (S, S, 3)
 
 
@@ -54,15 +57,17 @@ def first_examples(dataset, num_images: int) -> list[Example]:
     examples = []
     for i in range(min(num_images, len(dataset))):
         item = dataset[i]
-        examples.append(Example(item["image_ids"], item["images"], list(item["references"])))
+        # Display the source image itself: with a feature cache the model input is (L, D) features.
+        display = np.asarray(dataset.split.source.image(item["indices"]))
+        examples.append(Example(item["image_ids"], item["images"], list(item["references"]), display))
     return examples
 
 
 @torch.no_grad()
 def caption_examples(pl_module: pl.LightningModule, examples: list[Example]) -> list[Captioned]:
     """Decode the examples with ``pl_module.net``, its vocabulary and its validation decoding settings."""
-    images = torch.stack([ex.pixels for ex in examples]).to(pl_module.device)  # (B, 3, S, S)
-    out = generate(pl_module.net.decoder, pl_module.net.encode(images), **pl_module.decoding)
+    inputs = torch.stack([ex.inputs for ex in examples]).to(pl_module.device)  # (B, 3, S, S) or (B, L, D)
+    out = generate(pl_module.net.decoder, pl_module.net.encode(inputs), **pl_module.decoding)
     captioned = []
     for tokens, attention in zip(out.tokens, out.attention):  # (T,), (T, L)
         words = pl_module.vocab.decode(tokens.tolist())

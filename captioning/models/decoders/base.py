@@ -54,6 +54,11 @@ class Decoder(nn.Module):
         """
         return token_logp.new_zeros(()), {}
 
+    def compile_step(self) -> None:
+        """``torch.compile`` the per-token computation (``model.compile=true``); forward, step and decoding
+        keep working unchanged. Subclasses compile the function that both forward and step call."""
+        self.step = torch.compile(self.step)
+
     def expand_state(self, state: State, k: int) -> State:
         """Repeat every row k times, adjacent: row b becomes rows b*k .. b*k+k-1 (beam search)."""
         return {name: t.repeat_interleave(k, dim=0) for name, t in state.items()}

@@ -80,6 +80,9 @@ class LSTMDecoder(Decoder):
         hidden_out = torch.tanh(emb + self.out_h(h) + self.out_z(z))  # (B, E), eq. 7 before L_o
         return hidden_out, att, {**state, "h": h, "c": c}
 
+    def compile_step(self) -> None:
+        self._advance = torch.compile(self._advance, dynamic=False)  # one LSTM step: shared by forward and step
+
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
         emb = self.embedding(tokens)  # (B, E)
         hidden_out, att, state = self._advance(emb, self.gates_emb(emb), state)
