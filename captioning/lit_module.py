@@ -12,14 +12,14 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from captioning.data.vocab import Vocab
 from captioning.decoding import generate
 from captioning.losses import caption_loss
 from captioning.metrics.coco import score_captions
 from captioning.models.captioner import Captioner
-from captioning.models.decoders.base import shift_inputs
+from captioning.models.decoders.base import Decoder, shift_inputs
 
 CHECKPOINT_KEY = "captioning"  # plain-data entry of every checkpoint: vocabulary, network config
 
@@ -27,7 +27,8 @@ CHECKPOINT_KEY = "captioning"  # plain-data entry of every checkpoint: vocabular
 class CaptionLitModule(pl.LightningModule):
     def __init__(
         self,
-        net: Captioner,
+        encoder: nn.Module,
+        decoder: Decoder,
         vocab: dict,
         net_config: str | None = None,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
@@ -43,7 +44,7 @@ class CaptionLitModule(pl.LightningModule):
         super().__init__()
         if not isinstance(beam_size, int) or beam_size < 1:
             raise ValueError(f"decoding beam_size must be >= 1, got {beam_size}")
-        self.net = net
+        self.net = net = Captioner(encoder, decoder)  # injected parts; checks their dimensions agree
         self.vocab = Vocab.from_dict(vocab)
         if len(self.vocab) != net.decoder.vocab_size:
             raise ValueError(
@@ -57,7 +58,9 @@ class CaptionLitModule(pl.LightningModule):
         self.image_size = image_size  # saved so `captioning caption` resizes images as in training
         if compile:
             net.decoder.compile_step()  # torch.compile of the per-token step (see scripts/bench.py)
-        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler", "vocab", "net_config"])
+        self.save_hyperparameters(
+            ignore=["encoder", "decoder", "optimizer", "scheduler", "vocab", "net_config"]
+        )
         self._generated: list[tuple[Any, str, list[str]]] = []
 
     # -- one shared step ------------------------------------------------------------------------------

@@ -30,9 +30,7 @@ def doubly_stochastic(alphas: Tensor, token_mask: Tensor) -> Tensor:
     return ((1.0 - coverage) ** 2).sum(-1)  # (B,)
 
 
-def caption_loss(
-    output: DecoderOutput, targets: Tensor, decoder: Decoder, alpha_c: float = 1.0
-) -> LossTerms:
+def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder, alpha_c: float = 1.0) -> LossTerms:
     """``targets`` (B, T) are the next tokens, <pad> where the caption has ended.
 
     When the decoder drew K samples per caption (logits with B·K rows, a caption's copies adjacent),

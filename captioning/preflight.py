@@ -22,7 +22,7 @@ def check_model_config(cfg: DictConfig) -> None:
     """Build ``cfg.model`` with a placeholder vocabulary; raises whatever the constructors refuse."""
     vocab = Vocab([*SPECIALS, *(f"w{i}" for i in range(PLACEHOLDER_WORDS))])
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)  # a copy; vocab_size is still "???"
-    model_cfg["net"]["decoder"]["vocab_size"] = len(vocab)
+    model_cfg["decoder"]["vocab_size"] = len(vocab)
     # Leave the global RNG as it was: the real model must be initialised exactly as without this check.
     with torch.random.fork_rng(devices=[]):
         hydra.utils.instantiate(model_cfg, vocab=vocab.to_dict(), _convert_="all")  # built, checked, dropped

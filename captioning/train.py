@@ -23,6 +23,17 @@ from captioning.resume import check_resume_matches, resolve_ckpt_path  # noqa: E
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 
 
+def net_config(cfg: DictConfig) -> DictConfig:
+    """The Captioner's config (encoder + decoder), as saved in checkpoints and rebuilt from them."""
+    return OmegaConf.create(
+        {
+            "_target_": "captioning.models.captioner.Captioner",
+            "encoder": cfg.model.encoder,
+            "decoder": cfg.model.decoder,
+        }
+    )
+
+
 def instantiate_dict(cfg: DictConfig | None) -> list:
     """Instantiate every entry of a ``name: {_target_: ...}`` mapping (callbacks, loggers)."""
     return [hydra.utils.instantiate(node) for node in (cfg or {}).values() if node is not None]
@@ -45,10 +56,10 @@ def train(cfg: DictConfig) -> str:
     datamodule = hydra.utils.instantiate(cfg.data)
     vocab = datamodule.build_vocab()
     with open_dict(cfg):
-        cfg.model.net.decoder.vocab_size = len(vocab)
+        cfg.model.decoder.vocab_size = len(vocab)
 
     # The composed network config travels with the checkpoint (as YAML text: plain data, not code).
-    net_yaml = OmegaConf.to_yaml(cfg.model.net, resolve=True)
+    net_yaml = OmegaConf.to_yaml(net_config(cfg), resolve=True)
     model: CaptionLitModule = hydra.utils.instantiate(
         cfg.model, vocab=vocab.to_dict(), net_config=net_yaml, _convert_="all"
     )

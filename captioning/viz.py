@@ -8,10 +8,9 @@ with nearest neighbour so the selected cell shows as a crisp square.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
-
-import os
 
 import matplotlib
 

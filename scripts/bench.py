@@ -26,11 +26,12 @@ import threading
 import time
 from pathlib import Path
 
-import captioning  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch starts OpenMP)
 import hydra
 import psutil
 import torch
 from omegaconf import open_dict
+
+import captioning  # noqa: F401  (first: sets OMP_WAIT_POLICY before torch starts OpenMP)
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -39,6 +40,7 @@ from captioning.bench.reference import ReferenceSoftLSTM, per_image_beam_search 
 from captioning.decoding import beam_search, greedy  # noqa: E402
 from captioning.losses import caption_loss  # noqa: E402
 from captioning.models.decoders.base import shift_inputs  # noqa: E402
+
 from conftest import compose_train  # noqa: E402
 
 NO_END = -1  # no token has this id: every caption decodes the full length, so work is comparable
@@ -92,37 +94,37 @@ def timed(fn, repeats: int, device: torch.device, warmup: int = 1) -> float:
 
 
 def build_decoder(name: str, args) -> torch.nn.Module:
-    overrides = [f"model/decoder={name}", "model/encoder=resnet101", "model.net.encoder.pretrained=false"]
-    overrides += [f"model.net.decoder.embed_dim={args.dim}"]
+    overrides = [f"model/decoder={name}", "model/encoder=resnet101", "model.encoder.pretrained=false"]
+    overrides += [f"model.decoder.embed_dim={args.dim}"]
     if name == "transformer":
         overrides += [
-            f"model.net.decoder.hidden_dim={4 * args.dim}",
-            f"model.net.decoder.num_heads={args.dim // 64}",
+            f"model.decoder.hidden_dim={4 * args.dim}",
+            f"model.decoder.num_heads={args.dim // 64}",
         ]
     else:
         overrides += [
-            f"model.net.decoder.hidden_dim={args.dim}",
-            f"model.net.decoder.attention.attention_dim={args.dim}",
+            f"model.decoder.hidden_dim={args.dim}",
+            f"model.decoder.attention.attention_dim={args.dim}",
         ]
     cfg = compose_train(overrides)
     with open_dict(cfg):
-        cfg.model.net.decoder.vocab_size = args.vocab
-        cfg.model.net.decoder.feature_dim = args.feature_dim
+        cfg.model.decoder.vocab_size = args.vocab
+        cfg.model.decoder.feature_dim = args.feature_dim
     torch.manual_seed(0)
-    return hydra.utils.instantiate(cfg.model.net.decoder)
+    return hydra.utils.instantiate(cfg.model.decoder)
 
 
-def soft_step_flops(b: int, t: int, l: int, d: int, e: int, h: int, a: int, v: int) -> float:
+def soft_step_flops(b: int, t: int, n_loc: int, d: int, e: int, h: int, a: int, v: int) -> float:
     """Forward + backward FLOPs of one soft-attention LSTM training step (multiply-add = 2 FLOPs).
 
     Backward costs twice the forward for every matmul except the key projection, whose input (the
     features) needs no gradient: there only the weight gradient is computed.
     """
-    keys = 2 * b * l * d * a
+    keys = 2 * b * n_loc * d * a
     per_step = (
         2 * b * h * a  # W_q h
-        + 4 * b * l * a  # add, tanh, v^T
-        + 2 * b * l * d  # context Σ α a
+        + 4 * b * n_loc * a  # add, tanh, v^T
+        + 2 * b * n_loc * d  # context Σ α a
         + 2 * b * h  # gate β
         + 2 * b * (d + h) * 4 * h  # LSTM gates from ẑ and h
         + 2 * b * (h + d) * e  # deep output L_h h + L_z ẑ
@@ -140,9 +142,9 @@ def matmul_peak(device: torch.device, n: int = 2048) -> float:
 
 def bench_decoder(name: str, args, device: torch.device, rows: list[dict]) -> None:
     decoder = build_decoder(name, args).to(device)
-    b, t, l = args.batch, args.length, args.grid**2
+    b, t, n_loc = args.batch, args.length, args.grid**2  # n_loc = L grid locations
     g = torch.Generator().manual_seed(0)
-    features = torch.randn(b, l, args.feature_dim, generator=g).to(device)  # (B, L, D)
+    features = torch.randn(b, n_loc, args.feature_dim, generator=g).to(device)  # (B, L, D)
     tokens = torch.randint(4, args.vocab, (b, t + 1), generator=g).to(device)  # (B, T+1)
     tokens[:, 0] = 1
     inputs, targets = shift_inputs(tokens)
@@ -174,7 +176,7 @@ def bench_decoder(name: str, args, device: torch.device, rows: list[dict]) -> No
             "peak MB": mem.peak_mb,
         }
         if name == "soft":
-            flops = soft_step_flops(b, t, l, args.feature_dim, args.dim, args.dim, args.dim, args.vocab)
+            flops = soft_step_flops(b, t, n_loc, args.feature_dim, args.dim, args.dim, args.dim, args.vocab)
             row["GFLOP"] = flops / 1e9
             row["of peak"] = flops / sec / args.peak
         rows.append(row)
@@ -217,7 +219,7 @@ def bench_decoder(name: str, args, device: torch.device, rows: list[dict]) -> No
                 torch.equal(ours.tokens[i, : r.tokens.shape[1]], r.tokens[0]) for i, r in enumerate(ref)
             )
             sec_ref = timed(
-                lambda: per_image_beam_search(decoder, features[:n], 5, t), repeats=1, device=device
+                lambda n=n: per_image_beam_search(decoder, features[:n], 5, t), repeats=1, device=device
             )
             per_image = n / sec_ref
             rows.append(

@@ -12,6 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
+
 torch.set_num_threads(2)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,11 +29,11 @@ TINY = [
     "data.test.num_images=8",
     "data.batch_size=8",
     "data.eval_batch_size=8",
-    "model.net.encoder.out_dim=16",
-    "model.net.encoder.width=8",
-    "model.net.encoder.grid_size=3",
-    "model.net.decoder.embed_dim=16",
-    "model.net.decoder.hidden_dim=16",
+    "model.encoder.out_dim=16",
+    "model.encoder.width=8",
+    "model.encoder.grid_size=3",
+    "model.decoder.embed_dim=16",
+    "model.decoder.hidden_dim=16",
     "model.max_length=6",
     "logger=[]",
     "~callbacks.lr_monitor",

@@ -18,6 +18,7 @@ from PIL import Image
 
 from captioning.data.vocab import SPECIALS, Vocab
 from captioning.lit_module import CaptionLitModule
+from captioning.train import net_config
 
 from conftest import TINY, compose_train
 
@@ -107,9 +108,9 @@ def build_module(words: list[str], extra: list[str] | None = None) -> CaptionLit
     """A freshly initialised CaptionLitModule from the composed TINY config, built as in captioning.train."""
     cfg = compose_train([*TINY, *(extra or [])])
     with open_dict(cfg):
-        cfg.model.net.decoder.vocab_size = len(SPECIALS) + len(words)
+        cfg.model.decoder.vocab_size = len(SPECIALS) + len(words)
     vocab = Vocab([*SPECIALS, *words])
-    net_yaml = OmegaConf.to_yaml(cfg.model.net, resolve=True)
+    net_yaml = OmegaConf.to_yaml(net_config(cfg), resolve=True)
     torch.manual_seed(0)
     return hydra.utils.instantiate(cfg.model, vocab=vocab.to_dict(), net_config=net_yaml, _convert_="all")
 

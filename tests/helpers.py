@@ -6,15 +6,17 @@ import hydra
 import torch
 from omegaconf import open_dict
 
+from captioning.train import net_config
+
 from conftest import TINY, compose_train
 
 
 def build_net(decoder: str = "soft", vocab_size: int = 12, extra: list[str] | None = None, seed: int = 0):
     cfg = compose_train([f"model/decoder={decoder}", *TINY, *(extra or [])])
     with open_dict(cfg):
-        cfg.model.net.decoder.vocab_size = vocab_size
+        cfg.model.decoder.vocab_size = vocab_size
     torch.manual_seed(seed)
-    return hydra.utils.instantiate(cfg.model.net)
+    return hydra.utils.instantiate(net_config(cfg))
 
 
 def random_batch(net, batch: int = 3, steps: int = 5, vocab_size: int = 12, seed: int = 0):

@@ -4,12 +4,13 @@ import math
 
 import pytest
 import torch
-from helpers import build_net, random_batch
 from test_attention import build_attention
 
 from captioning.decoding import beam_search, greedy
 from captioning.losses import caption_loss
 from captioning.models.decoders.base import shift_inputs
+
+from helpers import build_net, random_batch
 
 V = 12
 FAMILY = ["dot", "scaled_dot", "multihead"]
@@ -52,7 +53,7 @@ def test_multihead_weights_are_the_mean_of_per_head_softmaxes():
 @pytest.mark.parametrize("name", FAMILY)
 def test_lstm_with_each_attention_steps_like_teacher_forcing_and_trains(name):
     # soft.yaml is packaged at model.net.decoder, so Hydra names its attention default with that package.
-    net = build_net("soft", V, extra=[f"model/decoder/attention@model.net.decoder.attention={name}"], seed=1)
+    net = build_net("soft", V, extra=[f"model/decoder/attention={name}"], seed=1)
     features, tokens = random_batch(net, batch=3, steps=6, vocab_size=V)
     net.train()
     inputs, targets = shift_inputs(tokens)

@@ -13,7 +13,6 @@ from pathlib import Path
 import hydra
 import pytest
 import pytorch_lightning as pl
-from corpus import RED
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from PIL import Image
 
@@ -23,6 +22,7 @@ from captioning.data.sources import SyntheticSource
 from captioning.train import train
 
 from conftest import TINY, compose_train
+from corpus import RED
 
 # ----------------------------------------------------------------------------------------- datasets
 
@@ -113,7 +113,7 @@ def no_data_no_training(monkeypatch):
 @pytest.mark.parametrize(
     ("override", "fragments"),
     [
-        ("model.net.decoder.feature_dim=32", ("encoder gives 16-dim features", "feature_dim=32")),
+        ("model.decoder.feature_dim=32", ("encoder gives 16-dim features", "feature_dim=32")),
         ("model.beam_size=0", ("beam_size must be >= 1, got 0",)),
     ],
 )
@@ -138,6 +138,6 @@ def test_unknown_decoder_lists_the_available_ones() -> None:
 
 def test_unknown_decoder_option_is_refused() -> None:
     with pytest.raises(ConfigCompositionException) as info:
-        compose_train([*TINY, "model.net.decoder.hiden_dim=8"])
-    assert "model.net.decoder.hiden_dim" in str(info.value)
+        compose_train([*TINY, "model.decoder.hiden_dim=8"])
+    assert "model.decoder.hiden_dim" in str(info.value)
     assert "Key 'hiden_dim' is not in struct" in str(info.value.__cause__)

@@ -15,6 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
+
+from captioning.cli.main import main
+from captioning.data.images import ImageError, load_rgb
+from captioning.data.synthetic import render_scene
+
 from corpus import (
     BAD_IMAGE_NAMES,
     BLUE,
@@ -26,11 +32,6 @@ from corpus import (
     write_bad_images,
     write_checkpoint,
 )
-from PIL import Image
-
-from captioning.cli.main import main
-from captioning.data.images import ImageError, load_rgb
-from captioning.data.synthetic import render_scene
 
 
 @pytest.fixture(scope="module")

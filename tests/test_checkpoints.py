@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from corpus import build_module, checkpoint_dict, write_checkpoint
 from PIL import Image
 
 from captioning.checkpoint import CheckpointError, load_captioner, read_checkpoint
 from captioning.cli.main import main
 from captioning.lit_module import CHECKPOINT_KEY
+
+from corpus import build_module, checkpoint_dict, write_checkpoint
 
 
 class RunsCommand:
@@ -111,7 +112,7 @@ def test_a_checkpoint_whose_vocabulary_does_not_fit_its_decoder_is_refused(tmp_p
 def test_weights_of_another_model_are_refused(tmp_path: Path) -> None:
     words = ["a", "red", "circle"]
     small = checkpoint_dict(build_module(words))
-    wide = checkpoint_dict(build_module(words, ["model.net.decoder.hidden_dim=24"]))
+    wide = checkpoint_dict(build_module(words, ["model.decoder.hidden_dim=24"]))
     small["state_dict"] = wide["state_dict"]  # weights of a wider decoder under the small model's config
     torch.save(small, tmp_path / "other_model.ckpt")
     with pytest.raises(CheckpointError) as info:

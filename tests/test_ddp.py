@@ -26,7 +26,7 @@ from captioning.lit_module import CaptionLitModule
 from captioning.losses import caption_loss
 from captioning.metrics.coco import score_captions
 from captioning.models.decoders.base import shift_inputs
-from captioning.train import train
+from captioning.train import net_config, train
 
 from conftest import DECODERS, TINY, compose_train
 
@@ -59,7 +59,11 @@ def read_val_row(run_dir) -> dict[str, float]:
 def validate_one_process(checkpoint, cfg) -> dict[str, float]:
     loaded = load_captioner(checkpoint)
     module = CaptionLitModule(
-        net=loaded.net, vocab=loaded.vocab.to_dict(), val_metrics=METRICS, **loaded.decoding
+        encoder=loaded.net.encoder,
+        decoder=loaded.net.decoder,
+        vocab=loaded.vocab.to_dict(),
+        val_metrics=METRICS,
+        **loaded.decoding,
     )
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -122,9 +126,9 @@ def test_trainer_configs_compose():
 def test_bf16_autocast_step_and_decoding_on_cpu(decoder):
     """trainer=gpu's bf16-mixed precision, on CPU autocast: the loss and decoding stay well-formed."""
     torch.manual_seed(0)
-    cfg = compose_train([f"model/decoder={decoder}", *TINY, "model.net.decoder.vocab_size=12", "trainer=gpu"])
+    cfg = compose_train([f"model/decoder={decoder}", *TINY, "model.decoder.vocab_size=12", "trainer=gpu"])
     trainer = hydra.utils.instantiate(cfg.trainer, accelerator="cpu", logger=False, enable_progress_bar=False)
-    net = hydra.utils.instantiate(cfg.model.net)
+    net = hydra.utils.instantiate(net_config(cfg))
     tokens = torch.tensor([[1, 4, 5, 6, 2, 0], [1, 7, 8, 2, 0, 0]])  # (B, T+1) <start> .. <end> <pad>
     inputs, targets = shift_inputs(tokens)
     with trainer.precision_plugin.forward_context():

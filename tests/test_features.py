@@ -140,15 +140,15 @@ def test_flickr8k_experiments_use_cached_lite0_stride16_features(experiment):
     if experiment != "flickr8k_cached":
         assert choices["model/decoder"] == experiment.removeprefix("flickr8k_")
     assert cfg.data.feature_cache._target_ == "captioning.data.features.FeatureCache"
-    assert cfg.data.feature_cache.encoder == cfg.model.net.encoder  # the model's encoder config, resolved
-    encoder = cfg.model.net.encoder
+    assert cfg.data.feature_cache.encoder == cfg.model.encoder  # the model's encoder config, resolved
+    encoder = cfg.model.encoder
     assert (encoder.stage, encoder.grid_size, encoder.freeze, cfg.data.image_size) == (
         "stride16",
         14,
         True,
         224,
     )
-    assert cfg.model.net.decoder.feature_dim == encoder.out_dim == 112
+    assert cfg.model.decoder.feature_dim == encoder.out_dim == 112
     assert cfg.data.min_word_count == 5
 
 
@@ -163,9 +163,9 @@ TINY_CACHED = [
     "data.image_size=64",
     "data.min_word_count=1",
     "data.feature_cache.progress=false",
-    "model.net.encoder.grid_size=3",
-    "model.net.decoder.embed_dim=16",
-    "model.net.decoder.hidden_dim=16",
+    "model.encoder.grid_size=3",
+    "model.decoder.embed_dim=16",
+    "model.decoder.hidden_dim=16",
     "model.max_length=6",
     "logger=[]",
     "~callbacks.lr_monitor",
@@ -198,7 +198,7 @@ def test_trained_on_cached_features_the_checkpoint_captions_raw_images(tmp_path)
 def test_training_refuses_a_cache_made_by_a_different_encoder(tmp_path):
     # pretrained=false: the data module's encoder and the model's are two different random inits.
     cfg, _ = compose_config(
-        "train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}", "model.net.encoder.pretrained=false"]
+        "train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}", "model.encoder.pretrained=false"]
     )
     cfg.output_dir = str(tmp_path / "run")
     with pytest.raises(ValueError, match="encoder weights differ from the feature cache"):

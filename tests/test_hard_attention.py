@@ -213,8 +213,8 @@ def test_gumbel_temperature_schedule_advances_only_in_training_and_is_checkpoint
 
 def test_multi_sample_decoding_repeats_each_caption_in_training_only():
     extra = [
-        "model.net.decoder.attention.num_samples=3",
-        "model.net.decoder.attention.baseline=leave_one_out",
+        "model.decoder.attention.num_samples=3",
+        "model.decoder.attention.baseline=leave_one_out",
     ]
     net = build_net("hard_reinforce", 12, extra=extra).train()
     features, tokens = random_batch(net, batch=2, steps=5, vocab_size=12)

@@ -14,7 +14,6 @@ import hydra
 import pytest
 import pytorch_lightning as pl
 import torch
-from corpus import build_module, checkpoint_dict, write_checkpoint
 from omegaconf import OmegaConf, open_dict
 
 from captioning import checkpoint_io
@@ -25,6 +24,7 @@ from captioning.resume import ResumeError, check_resume_matches, resolve_ckpt_pa
 from captioning.train import train
 
 from conftest import REPO, TINY, compose_train
+from corpus import build_module, checkpoint_dict, write_checkpoint
 
 EVERY = 5  # last.ckpt every EVERY optimizer steps in the killed run
 # 200 scenes x 5 captions / batch 8 = 125 steps in the epoch: the kill lands well inside it.
@@ -124,7 +124,7 @@ def test_resuming_with_another_vocabulary_or_model_is_refused(tmp_path: Path) ->
         ResumeError, match="its vocabulary \\(7 words\\) differs .* \\(8 words\\), first at id 6"
     ):
         check_resume_matches(path, {"itos": [*module.vocab.itos[:6], "square", "circle"]}, module.net_config)
-    wider = build_module(["a", "red", "circle"], ["model.net.decoder.hidden_dim=24"])
+    wider = build_module(["a", "red", "circle"], ["model.decoder.hidden_dim=24"])
     with pytest.raises(ResumeError, match="the network config differs .*decoder.hidden_dim: 16 -> 24"):
         check_resume_matches(path, module.vocab.to_dict(), wider.net_config)
 

@@ -4,12 +4,13 @@ import math
 
 import pytest
 import torch
-from helpers import build_net, random_batch
 
 from captioning.decoding import beam_search, greedy
 from captioning.models.attention.multihead import MultiHeadSDPA, attention_weights, fused_attention
 from captioning.models.decoders.transformer import TransformerDecoder
 from captioning.models.position import sinusoidal_1d, sinusoidal_2d, square_grid_side
+
+from helpers import build_net, random_batch
 
 V = 12
 

@@ -21,7 +21,7 @@ from captioning.checkpoint import load_captioner
 from captioning.data.datamodule import image_to_tensor
 from captioning.data.sources import SyntheticSource
 from captioning.inference import caption_images
-from captioning.train import instantiate_dict, train
+from captioning.train import instantiate_dict, net_config, train
 from captioning.viz import upsample_attention
 from captioning.wandb_table import COLUMNS, Example, WandbAttentionTable, caption_examples
 
@@ -196,10 +196,10 @@ def test_hard_attention_overlay_marks_the_selected_cell(tmp_path):
     from captioning.lit_module import CaptionLitModule
 
     torch.manual_seed(0)
-    cfg = compose_train(["model/decoder=hard_gumbel", *TINY, "model.net.decoder.vocab_size=12"])
-    net = hydra.utils.instantiate(cfg.model.net).eval()
+    cfg = compose_train(["model/decoder=hard_gumbel", *TINY, "model.decoder.vocab_size=12"])
+    net = hydra.utils.instantiate(net_config(cfg)).eval()
     vocab = {"itos": ["<pad>", "<start>", "<end>", "<unk>", *(f"w{i}" for i in range(8))]}
-    module = CaptionLitModule(net=net, vocab=vocab, max_length=4).eval()
+    module = CaptionLitModule(encoder=net.encoder, decoder=net.decoder, vocab=vocab, max_length=4).eval()
     val = SyntheticSource(2, seed=0, split="val")
     examples = [Example(i, image_to_tensor(val.image(i), 96), []) for i in range(2)]
     captioned = caption_examples(module, examples)

@@ -100,7 +100,7 @@ class FeatureCache:
             raise ValueError(
                 f"FeatureCache needs a frozen encoder, but {type(encoder).__name__} has trainable parameters: "
                 "cached features would silently stop it from training. Use a frozen encoder "
-                "(model.net.encoder.freeze=true) or drop data.feature_cache"
+                "(model.encoder.freeze=true) or drop data.feature_cache"
             )
         if batch_size <= 0:
             raise ValueError(f"FeatureCache batch_size must be positive, got {batch_size}")

@@ -14,7 +14,7 @@ class Captioner(nn.Module):
         if encoder.out_dim != decoder.feature_dim:
             raise ValueError(
                 f"encoder gives {encoder.out_dim}-dim features but the decoder expects "
-                f"feature_dim={decoder.feature_dim}; set model.net.decoder.feature_dim=${{model.net.encoder.out_dim}}"
+                f"feature_dim={decoder.feature_dim}; set model.decoder.feature_dim=${{model.encoder.out_dim}}"
             )
         self.encoder, self.decoder = encoder, decoder
         # Images arrive in [0, 1]; the normalisation belongs to the encoder's weights.

@@ -81,7 +81,9 @@ class LSTMDecoder(Decoder):
         return hidden_out, att, {**state, "h": h, "c": c}
 
     def compile_step(self) -> None:
-        self._advance = torch.compile(self._advance, dynamic=False)  # one LSTM step: shared by forward and step
+        self._advance = torch.compile(
+            self._advance, dynamic=False
+        )  # one LSTM step: shared by forward and step
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
         emb = self.embedding(tokens)  # (B, E)
@@ -119,7 +121,9 @@ class LSTMDecoder(Decoder):
             aux["location_log_prob"] = torch.stack(log_probs, 1)  # (B, T)
         if entropies:
             aux["location_entropy"] = torch.stack(entropies, 1)  # (B, T)
-        return DecoderOutput(logits=logits, attention=torch.stack(weights, 1), alphas=torch.stack(alphas, 1), aux=aux)
+        return DecoderOutput(
+            logits=logits, attention=torch.stack(weights, 1), alphas=torch.stack(alphas, 1), aux=aux
+        )
 
     def auxiliary_loss(
         self, output: DecoderOutput, token_logp: Tensor, token_mask: Tensor
