@@ -24,6 +24,7 @@ class ReferenceSoftLSTM(Decoder):
         self.vocab_size, self.feature_dim = decoder.vocab_size, decoder.feature_dim
 
     def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
+        features = self.d.add_positions(features)  # (B, L, D)
         mean = features.mean(1)  # (B, D)
         return {
             "h": torch.tanh(self.d.init_h(mean)),
@@ -53,7 +54,7 @@ class ReferenceSoftLSTM(Decoder):
 
     def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
         state = self.init_state(features)
-        h, c = state["h"], state["c"]
+        features, h, c = state["features"], state["h"], state["c"]
         logits, alphas = [], []
         for t in range(tokens.shape[1]):
             out, alpha, h, c = self._cell(tokens[:, t], features, h, c)

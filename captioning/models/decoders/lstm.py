@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from captioning.models.attention.base import AttentionLayer, AttentionOutput
 from captioning.models.decoders.base import Decoder, DecoderOutput, State, as_state_mask
+from captioning.models.position import sinusoidal_2d, square_grid_side
 
 
 class LSTMDecoder(Decoder):
@@ -30,6 +31,7 @@ class LSTMDecoder(Decoder):
         hidden_dim: int = 512,
         dropout: float = 0.5,
         gate: bool = True,
+        position_dim: int = 32,
     ):
         super().__init__()
         if attention.feature_dim != feature_dim or attention.query_dim != hidden_dim:
@@ -53,8 +55,24 @@ class LSTMDecoder(Decoder):
         self.out_z = nn.Linear(feature_dim, embed_dim, bias=False)  # L_z
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(embed_dim, vocab_size)  # L_o
+        # Where the attention looked: a CNN's features are (nearly) translation-equivariant, so a context
+        # Σ α_i a_i says *what* was attended but hardly *where*, and words like "left" / "top" then have
+        # nothing to go on. A learned projection of a 2-D sinusoidal code is added to every location.
+        self.position_dim = position_dim
+        self.position = nn.Linear(position_dim, feature_dim, bias=False) if position_dim else None
+
+    def add_positions(self, features: Tensor) -> Tensor:
+        """a_i + W_p·PE(row_i, col_i) for the square grid (B, L, D); identity when position_dim is 0."""
+        if self.position is None:
+            return features
+        side = square_grid_side(features.shape[1])
+        code = sinusoidal_2d(side, side, self.position_dim, device=features.device).to(
+            features.dtype
+        )  # (L, P)
+        return features + self.position(code)  # (B, L, D) + (L, D)
 
     def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
+        features = self.add_positions(features)  # (B, L, D)
         mask = as_state_mask(mask, features)  # (B, L)
         m = mask.unsqueeze(-1).to(features.dtype)
         mean = (features * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D) mean over valid locations
