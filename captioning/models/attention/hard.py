@@ -31,7 +31,7 @@ from captioning.models.attention.estimators import (
 )
 from captioning.models.attention.soft import AdditiveAttention
 
-BASELINES = ("none", "moving_average", "leave_one_out")
+BASELINES = ("none", "moving_average", "length_scaled", "leave_one_out")
 
 
 def masked_log_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
@@ -88,9 +88,12 @@ class ReinforceHardAttention(HardAttention):
 
     ``baseline``: "moving_average" (b ← decay·b + (1 − decay)·mean r, as in the authors' code; the first
     sampled batch sets b to its mean instead of starting from 0, which would make the first few dozen
-    advantages pure baseline lag), "leave_one_out" (K = ``num_samples`` >= 2 samples per caption, each
-    baseline the mean reward of the other K − 1) or "none". With ``num_samples`` K > 1 the decoder
-    decodes every caption K times in training.
+    advantages pure baseline lag), "length_scaled" (b_b = m·n_b with n_b the caption's target tokens and
+    m the same moving average of the reward *per token*: r = Σ_t log p(y_t) scales with the caption's
+    length, which a single b cannot follow; n_b is fixed by the target, not by s, so this stays
+    unbiased), "leave_one_out" (K = ``num_samples`` >= 2 samples per caption, each baseline the mean
+    reward of the other K − 1) or "none". With ``num_samples`` K > 1 the decoder decodes every caption
+    K times in training.
     ``semi_sampling_p``: per batch, with this probability the expected (soft) context Σ_i α_i a_i is used
     instead of a sample (the authors flip one coin per minibatch); such batches add no REINFORCE term and
     do not update the baseline, which estimates the reward of *sampled* attention.
@@ -123,7 +126,8 @@ class ReinforceHardAttention(HardAttention):
         self.entropy_weight = entropy_weight
         self.baseline_kind, self.baseline_decay = baseline, baseline_decay
         self.semi_sampling_p, self.num_samples = semi_sampling_p, num_samples
-        self.register_buffer("baseline", torch.zeros(()))  # moving average of the sampled reward
+        self.register_buffer("baseline", torch.zeros(()))  # moving average of the sampled reward (per token
+        # for "length_scaled")
         self.register_buffer("sampled_batches", torch.zeros((), dtype=torch.long))
         # The semi-sampling coin of the current batch: flipped by ``precompute``, which the decoder calls
         # exactly once per batch (per-step calls to ``forward`` cannot tell where a batch starts).
@@ -151,34 +155,42 @@ class ReinforceHardAttention(HardAttention):
             )
         return self.one_cell(self.choose(alphas), alphas, log_alphas, features)
 
+    def running_baseline(self, lengths: Tensor) -> Tensor:
+        """(B,) the moving-average baseline for captions of ``lengths`` target tokens (no update)."""
+        if self.baseline_kind == "length_scaled":
+            return self.baseline * lengths  # the buffer holds the reward per target token
+        return self.baseline.expand_as(lengths).clone()
+
     def auxiliary_loss(
         self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """``log_prob``/``entropy``/``token_mask`` (B, T), ``reward`` (B,) = log p(y | s, a), detached."""
-        reward = reward.detach()
+        reward, lengths = reward.detach(), token_mask.sum(1)  # (B,), (B,) target tokens per caption
         entropy_mean = per_token_mean(entropy, token_mask)
         logs = {"reward_mean": reward.mean(), "attention_entropy": entropy_mean.detach()}
         if not self.training:  # validation: report, but neither learn nor move the baseline
-            return reward.new_zeros(()), {**logs, "baseline": self.baseline.clone()}
+            return reward.new_zeros(()), {**logs, "baseline": self.running_baseline(lengths).mean()}
         loss = -self.entropy_weight * entropy_mean
         sampled = self.sample_this_batch
         logs["sampled_batch"] = reward.new_tensor(float(sampled))
         if not sampled:
-            return loss, {**logs, "baseline": self.baseline.clone()}
+            return loss, {**logs, "baseline": self.running_baseline(lengths).mean()}
         if self.baseline_kind == "leave_one_out":
             baseline = leave_one_out_baseline(reward, self.num_samples)  # (B·K,)
-        elif self.baseline_kind == "moving_average":
+        elif self.baseline_kind in ("moving_average", "length_scaled"):
+            batch_value = (
+                reward.sum() / lengths.sum() if self.baseline_kind == "length_scaled" else reward.mean()
+            )
             if self.sampled_batches == 0:
-                self.baseline.copy_(reward.mean())  # warm start (see the class docstring)
-            baseline = self.baseline.expand_as(reward).clone()  # b before this batch's update
-            self.baseline.copy_(moving_average(self.baseline, reward.mean(), self.baseline_decay))
+                self.baseline.copy_(batch_value)  # warm start (see the class docstring)
+            baseline = self.running_baseline(lengths)  # b before this batch's update
+            self.baseline.copy_(moving_average(self.baseline, batch_value, self.baseline_decay))
         else:
             baseline = torch.zeros_like(reward)
         self.sampled_batches += 1
         advantage = reward - baseline  # (B,)
-        surrogate = score_function_surrogate(log_prob, advantage, token_mask) / token_mask.sum().clamp_min(
-            1.0
-        )
+        tokens = token_mask.sum().clamp_min(1.0)
+        surrogate = score_function_surrogate(log_prob, advantage, token_mask) / tokens
         # Added as s − detach(s): the same gradient, but value 0, so train/loss stays xent + reg − λ_H·H
         # (the surrogate's value, tens of nats of noise, means nothing; only its gradient does).
         loss = loss + (surrogate - surrogate.detach())  # per target token, like the xent
