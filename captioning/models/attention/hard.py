@@ -179,7 +179,9 @@ class ReinforceHardAttention(HardAttention):
             baseline = leave_one_out_baseline(reward, self.num_samples)  # (B·K,)
         elif self.baseline_kind in ("moving_average", "length_scaled"):
             batch_value = (
-                reward.sum() / lengths.sum() if self.baseline_kind == "length_scaled" else reward.mean()
+                reward.sum() / lengths.sum().clamp_min(1.0)
+                if self.baseline_kind == "length_scaled"
+                else reward.mean()
             )
             if self.sampled_batches == 0:
                 self.baseline.copy_(batch_value)  # warm start (see the class docstring)
