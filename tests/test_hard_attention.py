@@ -61,7 +61,9 @@ def reinforce(**kwargs) -> ReinforceHardAttention:
 
 
 @pytest.mark.parametrize(
-    "baseline,k", [("none", 1), ("moving_average", 1), ("leave_one_out", 4)], ids=["none", "ma", "loo"]
+    "baseline,k",
+    [("none", 1), ("moving_average", 1), ("length_scaled", 1), ("leave_one_out", 4)],
+    ids=["none", "ma", "length", "loo"],
 )
 def test_reinforce_estimator_is_unbiased(baseline, k):
     """The mean of 400 batch estimates matches ∇E[f] within 4 standard errors in every coordinate."""
@@ -126,6 +128,19 @@ def test_baseline_updates_only_on_sampled_training_batches():
     torch.testing.assert_close(loss, torch.tensor(-0.5 * 0.6))
     assert not loss.requires_grad and layer.baseline == before
     assert {"baseline", "sampled_batches"} <= set(layer.state_dict())  # checkpointed
+
+
+def test_length_scaled_baseline_scales_a_per_token_average_with_caption_length():
+    layer = reinforce(baseline="length_scaled")
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])  # captions of 2 and 1 target tokens
+    log_prob = torch.full((2, 2), -1.0, requires_grad=True)
+    layer.auxiliary_loss(log_prob, torch.zeros(2, 2), torch.tensor([-4.0, -2.0]), mask)
+    assert layer.baseline.item() == pytest.approx(-2.0)  # warm start: −6 nats over 3 tokens
+    loss, logs = layer.auxiliary_loss(log_prob, torch.zeros(2, 2), torch.tensor([-6.0, -1.0]), mask)
+    assert logs["baseline"].item() == pytest.approx(-3.0)  # mean of (−2·2, −2·1)
+    (grad,) = torch.autograd.grad(loss, log_prob)  # advantages (−6 + 4, −1 + 2) = (−2, 1)
+    torch.testing.assert_close(grad, -torch.tensor([[-2.0, -2.0], [1.0, 0.0]]) / 3)
+    torch.testing.assert_close(layer.baseline, torch.tensor(0.9 * -2.0 + 0.1 * -7.0 / 3))
 
 
 def test_semi_sampling_coin_is_per_batch_and_selects_soft_or_hard_context():
