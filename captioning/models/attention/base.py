@@ -30,10 +30,17 @@ class AttentionLayer(nn.Module):
         """Per-image keys, computed once; ``features`` (B, L, D)."""
         return features
 
+    def scores(self, query: Tensor, keys: Tensor) -> Tensor:
+        """Unnormalised scores e_t (B, L) of every location for the query (B, H)."""
+        raise NotImplementedError
+
     def forward(
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
     ) -> AttentionOutput:
-        raise NotImplementedError
+        """Deterministic attention: α = softmax(e), ẑ = Σ_i α_i a_i (stochastic layers override this)."""
+        alphas = masked_softmax(self.scores(query, keys), mask)  # (B, L)
+        context = (alphas.unsqueeze(1) @ features).squeeze(1)  # (B, 1, L) @ (B, L, D) -> (B, D)
+        return AttentionOutput(context=context, weights=alphas, alphas=alphas)
 
     def auxiliary_loss(
         self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor

@@ -19,7 +19,7 @@ import math
 
 from torch import Tensor, nn
 
-from captioning.models.attention.base import AttentionLayer, AttentionOutput, masked_softmax
+from captioning.models.attention.base import AttentionLayer
 
 
 class DotAttention(AttentionLayer):
@@ -34,13 +34,6 @@ class DotAttention(AttentionLayer):
 
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
         return (keys @ query.unsqueeze(-1)).squeeze(-1) * self.scale  # (B, L, H) @ (B, H, 1) -> (B, L)
-
-    def forward(
-        self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
-    ) -> AttentionOutput:
-        alphas = masked_softmax(self.scores(query, keys), mask)  # (B, L)
-        context = (alphas.unsqueeze(1) @ features).squeeze(1)  # (B, 1, L) @ (B, L, D) -> (B, D)
-        return AttentionOutput(context=context, weights=alphas, alphas=alphas)
 
 
 class ScaledDotAttention(DotAttention):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from captioning.models.attention.base import AttentionLayer, AttentionOutput, masked_softmax
+from captioning.models.attention.base import AttentionLayer
 
 
 class AdditiveAttention(AttentionLayer):
@@ -28,10 +28,3 @@ class AdditiveAttention(AttentionLayer):
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
         q = self.query_proj(query).unsqueeze(1)  # (B, 1, A)
         return self.score(torch.tanh(keys + q)).squeeze(-1)  # (B, L, A) -> (B, L)
-
-    def forward(
-        self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
-    ) -> AttentionOutput:
-        alphas = masked_softmax(self.scores(query, keys), mask)  # (B, L)
-        context = (alphas.unsqueeze(1) @ features).squeeze(1)  # (B, 1, L) @ (B, L, D) -> (B, D)
-        return AttentionOutput(context=context, weights=alphas, alphas=alphas)
