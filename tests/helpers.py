@@ -26,3 +26,12 @@ def random_batch(net, batch: int = 3, steps: int = 5, vocab_size: int = 12, seed
     tokens = torch.randint(4, vocab_size, (batch, steps), generator=g)
     tokens[:, 0] = 1  # <start>
     return features, tokens
+
+
+def assert_step_matches_forward(decoder, features, tokens, full) -> None:
+    """init_state/step reproduce teacher-forced ``full = decoder(features, tokens)`` token by token."""
+    state = decoder.init_state(features)
+    for t in range(tokens.shape[1]):
+        logits, att, state = decoder.step(tokens[:, t], state)
+        torch.testing.assert_close(logits, full.logits[:, t], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(att, full.attention[:, t], atol=1e-5, rtol=1e-5)

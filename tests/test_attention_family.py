@@ -10,7 +10,7 @@ from captioning.decoding import beam_search, greedy
 from captioning.losses import caption_loss
 from captioning.models.decoders.base import shift_inputs
 
-from helpers import build_net, random_batch
+from helpers import assert_step_matches_forward, build_net, random_batch
 
 V = 12
 FAMILY = ["dot", "scaled_dot", "multihead"]
@@ -63,11 +63,7 @@ def test_lstm_with_each_attention_steps_like_teacher_forcing_and_trains(name):
     net.eval()
     with torch.no_grad():
         full = net.decoder(features, tokens)
-        state = net.decoder.init_state(features)
-        for t in range(tokens.shape[1]):
-            logits, att, state = net.decoder.step(tokens[:, t], state)
-            torch.testing.assert_close(logits, full.logits[:, t], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(att, full.attention[:, t], atol=1e-5, rtol=1e-5)
+        assert_step_matches_forward(net.decoder, features, tokens, full)
     g = greedy(net.decoder, features, max_length=6)
     b = beam_search(net.decoder, features, beam_size=1, max_length=6)
     assert torch.equal(g.tokens, b.tokens)

@@ -7,7 +7,7 @@ from captioning.losses import caption_loss, doubly_stochastic
 from captioning.models.decoders.base import shift_inputs
 
 from conftest import DECODERS
-from helpers import build_net, random_batch
+from helpers import assert_step_matches_forward, build_net, random_batch
 
 V = 12
 
@@ -37,11 +37,7 @@ def test_step_matches_teacher_forcing_in_eval_mode(decoder):
     features, tokens = random_batch(net, batch=2, steps=5, vocab_size=V)
     with torch.no_grad():
         full = net.decoder(features, tokens)
-        state = net.decoder.init_state(features)
-        for t in range(tokens.shape[1]):
-            logits, att, state = net.decoder.step(tokens[:, t], state)
-            torch.testing.assert_close(logits, full.logits[:, t], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(att, full.attention[:, t], atol=1e-5, rtol=1e-5)
+        assert_step_matches_forward(net.decoder, features, tokens, full)
 
 
 def test_doubly_stochastic_regulariser_is_eq_14():
