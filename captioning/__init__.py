@@ -8,4 +8,10 @@ import os
 # torch starts OpenMP, hence here; an explicit user setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from omegaconf import OmegaConf  # noqa: E402
+
+# ${sum:a,b} in configs: an LSTM's attention layer reads feature_dim + position_dim channels per location.
+if not OmegaConf.has_resolver("sum"):
+    OmegaConf.register_new_resolver("sum", lambda *xs: sum(xs))
+
 __version__ = "0.1.0"

@@ -45,9 +45,10 @@ def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder, alpha
             )
         targets = targets.repeat_interleave(rows // targets.shape[0], dim=0)  # (B·K, T)
     token_mask = (targets != Vocab.pad_id).to(output.logits.dtype)  # (B, T)
+    b, t, v = output.logits.shape
     token_logp = -F.cross_entropy(
-        output.logits.transpose(1, 2).float(), targets, reduction="none"
-    )  # (B, V, T) vs (B, T) -> (B, T)
+        output.logits.reshape(b * t, v).float(), targets.reshape(b * t), reduction="none"
+    ).view(b, t)  # (B·T, V) vs (B·T,) -> (B, T); rows, not (B, V, T): softmax over contiguous memory
     xent = -(token_logp * token_mask).sum() / token_mask.sum().clamp_min(1.0)
     reg = alpha_c * doubly_stochastic(output.alphas, token_mask).mean() if alpha_c else xent.new_zeros(())
     aux, logs = decoder.auxiliary_loss(output, token_logp.detach(), token_mask)

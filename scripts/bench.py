@@ -176,7 +176,8 @@ def bench_decoder(name: str, args, device: torch.device, rows: list[dict]) -> No
             "peak MB": mem.peak_mb,
         }
         if name == "soft":
-            flops = soft_step_flops(b, t, n_loc, args.feature_dim, args.dim, args.dim, args.dim, args.vocab)
+            d_grid = decoder.grid_dim  # D' = D + P: the fixed position code is read with the features
+            flops = soft_step_flops(b, t, n_loc, d_grid, args.dim, args.dim, args.dim, args.vocab)
             row["GFLOP"] = flops / 1e9
             row["of peak"] = flops / sec / args.peak
         rows.append(row)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import statistics
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -88,3 +90,23 @@ def test_compare_asks_for_three_seeds(tmp_path):
         ("flickr8k_soft", "experiment=flickr8k_soft"),
         ("flickr8k_hard_gumbel", "experiment=flickr8k_hard_gumbel"),
     ]
+
+
+def test_compare_trains_runs_in_parallel_processes(tmp_path):
+    """--jobs 2: the (configuration, seed) runs go to two spawned processes, the table covers them all."""
+    if PAIR[0] == PAIR[1]:
+        pytest.skip("only the soft decoder exists")
+    out = tmp_path / "cmp"
+    cmd = [
+        sys.executable, str(REPO / "scripts" / "compare.py"), "--jobs", "2",
+        "--decoders", ",".join(PAIR), "--seeds", "0,1", "--allow-few-seeds", "--out-dir", str(out),
+        "--tokenizer", "simple", "--metrics", FAST_METRICS,
+        *TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.enable_progress_bar=false",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads((out / "results.json").read_text())
+    assert [(r["label"], r["seed"]) for r in runs] == [(d, s) for d in PAIR for s in (0, 1)]
+    assert all((out / "runs" / f"{r['label']}-seed{r['seed']}" / "scores.json").is_file() for r in runs)
+    assert "2 runs trained at once" in (out / "comparison.md").read_text()
+    assert list(table_rows((out / "comparison.md").read_text())) == PAIR

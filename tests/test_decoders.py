@@ -5,6 +5,7 @@ import torch
 
 from captioning.losses import caption_loss, doubly_stochastic
 from captioning.models.decoders.base import shift_inputs
+from captioning.models.position import sinusoidal_2d
 
 from conftest import DECODERS
 from helpers import assert_step_matches_forward, build_net, random_batch
@@ -56,3 +57,18 @@ def test_padding_does_not_change_the_loss():
     a = caption_loss(net.decoder(features, inputs), targets, net.decoder, alpha_c=0.0)
     b = caption_loss(net.decoder(features, padded_in), padded_tg, net.decoder, alpha_c=0.0)
     torch.testing.assert_close(a.xent, b.xent)
+
+
+@pytest.mark.parametrize("decoder", [d for d in DECODERS if d != "transformer"])
+def test_lstm_reads_each_location_with_a_fixed_2d_position_code(decoder):
+    """[a_i; PE(row_i, col_i)]: the features untouched, the code fixed, so the grid needs no gradient."""
+    net = build_net(decoder, V)
+    dec = net.decoder
+    features = torch.randn(2, 9, dec.feature_dim)  # (B, L, D), a 3x3 grid
+    grid = dec.with_positions(features)
+    assert grid.shape == (2, 9, dec.feature_dim + dec.position_dim) and dec.position_dim > 0
+    torch.testing.assert_close(grid[..., : dec.feature_dim], features)
+    code = sinusoidal_2d(3, 3, dec.position_dim)  # (L, P)
+    torch.testing.assert_close(grid[..., dec.feature_dim :], code.expand(2, 9, -1))
+    assert not grid.requires_grad  # nothing to back-propagate into at every step
+    assert dec.attention.feature_dim == dec.grid_dim == dec.feature_dim + dec.position_dim

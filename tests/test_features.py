@@ -16,6 +16,7 @@ from captioning.data.sources import RecordSource, SyntheticSource
 from captioning.evaluation import compose_config, decode_source
 from captioning.inference import caption_images
 from captioning.models.encoders import EfficientNetLite0Encoder, SmallCNN
+from captioning.preflight import check_model_config
 from captioning.train import train
 
 from conftest import CONF, SHARED_DATA
@@ -150,6 +151,11 @@ def test_flickr8k_experiments_use_cached_lite0_stride16_features(experiment):
     )
     assert cfg.model.decoder.feature_dim == encoder.out_dim == 112
     assert cfg.data.min_word_count == 5
+    if experiment != "flickr8k_cached":  # the experiment's own sizes land on the decoder
+        assert cfg.model.decoder.embed_dim == 256
+    if experiment.startswith("flickr8k_hard"):
+        assert cfg.model.alpha_c == 0.0  # eq. 14 would pull hard attention towards uniform
+    check_model_config(cfg)  # every key is a constructor argument: the model builds from it
 
 
 TINY_CACHED = [

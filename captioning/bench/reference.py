@@ -24,7 +24,7 @@ class ReferenceSoftLSTM(Decoder):
         self.vocab_size, self.feature_dim = decoder.vocab_size, decoder.feature_dim
 
     def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
-        features = self.d.add_positions(features)  # (B, L, D)
+        features = self.d.with_positions(features)  # (B, L, D')
         mean = features.mean(1)  # (B, D)
         return {
             "h": torch.tanh(self.d.init_h(mean)),
@@ -45,7 +45,7 @@ class ReferenceSoftLSTM(Decoder):
         z = (alpha.unsqueeze(-1) * features).sum(1)  # (B, D)
         if d.gate is not None:
             z = torch.sigmoid(d.gate(h)) * z
-        gates = d.gates_emb(emb) + d.gates_ctx(z) + d.gates_hid(h)  # (B, 4H)
+        gates = d.gates_emb(emb) + d.gates_rec(torch.cat([z, h], -1))  # (B, 4H)
         i, f, g, o = gates.chunk(4, -1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)

