@@ -90,7 +90,7 @@ def beam_search(
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     b, k, device = features.shape[0], beam_size, features.device
-    state = decoder.expand_state(decoder.init_state(features, mask), k)  # B·K rows
+    state = decoder.expand_state(decoder.init_state(features, mask), k)  # B·K recurrent rows, B static
     tokens = torch.full((b * k,), start_id, dtype=torch.long, device=device)
     scores = torch.full((b, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start identical: expand only the first

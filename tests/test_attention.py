@@ -8,7 +8,9 @@ from conftest import ATTENTIONS, CONF
 
 def build_attention(name: str, feature_dim: int = 8, query_dim: int = 6):
     cfg = OmegaConf.load(CONF / "model" / "decoder" / "attention" / f"{name}.yaml")
-    cfg = OmegaConf.merge({"feature_dim": feature_dim, "position_dim": 0, "hidden_dim": query_dim, "attention": cfg})
+    cfg = OmegaConf.merge(
+        {"feature_dim": feature_dim, "position_dim": 0, "hidden_dim": query_dim, "attention": cfg}
+    )
     return hydra.utils.instantiate(cfg.attention)
 
 

@@ -3,6 +3,10 @@
 ``precompute(features)`` runs once per image (keys such as W_k·a_i are independent of the step), and
 ``forward(query, features, keys, mask)`` returns the context vector ẑ_t with the weights used.
 Layers are passed into decoders (timm style), so swapping soft for hard attention is a config change.
+
+Queries may come K rows per image (beam search: B·K rows, an image's K beams adjacent) while the
+image-only tensors (features, keys, mask) keep their B rows: they are never copied K times, and each
+step reads them once per image. K = 1 in training. ``per_image`` and ``attend`` do the grouping.
 """
 
 from __future__ import annotations
@@ -38,15 +42,32 @@ class AttentionLayer(nn.Module):
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
     ) -> AttentionOutput:
         """Deterministic attention: α = softmax(e), ẑ = Σ_i α_i a_i (stochastic layers override this)."""
-        alphas = masked_softmax(self.scores(query, keys), mask)  # (B, L)
-        context = (alphas.unsqueeze(1) @ features).squeeze(1)  # (B, 1, L) @ (B, L, D) -> (B, D)
-        return AttentionOutput(context=context, weights=alphas, alphas=alphas)
+        alphas = masked_softmax(self.scores(query, keys), rows_mask(mask, query.shape[0]))  # (B·K, L)
+        return AttentionOutput(context=attend(alphas, features), weights=alphas, alphas=alphas)
 
     def auxiliary_loss(
         self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Training terms of stochastic layers (REINFORCE); deterministic layers add nothing."""
         return reward.new_zeros(()), {}
+
+
+def per_image(rows: Tensor, images: int) -> Tensor:
+    """(B·K, ...) -> (B, K, ...): the K query rows (beams) of each image, which are adjacent."""
+    return rows.view(images, rows.shape[0] // images, *rows.shape[1:])
+
+
+def attend(weights: Tensor, features: Tensor) -> Tensor:
+    """Σ_i w_i a_i for weights (B·K, L) over features (B, L, D) -> (B·K, D), features read once per image."""
+    w = per_image(weights, features.shape[0])  # (B, K, L)
+    return (w @ features).flatten(0, 1)  # (B, K, L) @ (B, L, D) -> (B, K, D) -> (B·K, D)
+
+
+def rows_mask(mask: Tensor | None, rows: int) -> Tensor | None:
+    """A (B, L) location mask repeated for B·K query rows (None stays None)."""
+    if mask is None or mask.shape[0] == rows:
+        return mask
+    return mask.repeat_interleave(rows // mask.shape[0], dim=0)  # (B·K, L)
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:

@@ -19,7 +19,7 @@ import math
 
 from torch import Tensor, nn
 
-from captioning.models.attention.base import AttentionLayer
+from captioning.models.attention.base import AttentionLayer, per_image
 
 
 class DotAttention(AttentionLayer):
@@ -33,7 +33,9 @@ class DotAttention(AttentionLayer):
         return self.key_proj(features)  # (B, L, H)
 
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
-        return (keys @ query.unsqueeze(-1)).squeeze(-1) * self.scale  # (B, L, H) @ (B, H, 1) -> (B, L)
+        q = per_image(query, keys.shape[0])  # (B, K, H): K query rows (beams) per image
+        e = q @ keys.transpose(1, 2)  # (B, K, H) @ (B, H, L) -> (B, K, L)
+        return e.flatten(0, 1) * self.scale  # (B·K, L)
 
 
 class ScaledDotAttention(DotAttention):

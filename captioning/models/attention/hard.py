@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from captioning.models.attention.base import AttentionOutput, entropy_of, masked_softmax
+from captioning.models.attention.base import AttentionOutput, attend, entropy_of, masked_softmax, rows_mask
 from captioning.models.attention.estimators import (
     leave_one_out_baseline,
     moving_average,
@@ -68,7 +68,7 @@ class HardAttention(AdditiveAttention):
         """Output for chosen locations ``index`` (B,); ``weights`` defaults to the plain one-hot rows."""
         if weights is None:
             weights = F.one_hot(index, alphas.shape[-1]).to(alphas.dtype)  # (B, L)
-        context = (weights.unsqueeze(1) @ features).squeeze(1)  # (B, 1, L) @ (B, L, D) -> (B, D) = a_{s_t}
+        context = attend(weights, features)  # (B·K, D) = a_{s_t}
         return AttentionOutput(
             context=context,
             weights=weights,
@@ -141,13 +141,12 @@ class ReinforceHardAttention(HardAttention):
     def forward(
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
     ) -> AttentionOutput:
-        scores = self.scores(query, keys)  # (B, L)
-        alphas, log_alphas = masked_softmax(scores, mask), masked_log_softmax(scores, mask)  # (B, L) each
+        scores, mask = self.scores(query, keys), rows_mask(mask, query.shape[0])  # (B·K, L) each
+        alphas, log_alphas = masked_softmax(scores, mask), masked_log_softmax(scores, mask)  # (B·K, L) each
         if self.training and not self.sample_this_batch:
             # Semi-sampling: the expected context, exactly soft attention; log-probs unused (no REINFORCE).
-            context = (alphas.unsqueeze(1) @ features).squeeze(1)  # (B, 1, L) @ (B, L, D) -> (B, D)
             return AttentionOutput(
-                context=context,
+                context=attend(alphas, features),
                 weights=alphas,
                 alphas=alphas,
                 log_prob=torch.zeros_like(alphas[:, 0]),
@@ -235,8 +234,8 @@ class GumbelHardAttention(HardAttention):
     def forward(
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
     ) -> AttentionOutput:
-        scores = self.scores(query, keys)  # (B, L)
-        alphas, log_alphas = masked_softmax(scores, mask), masked_log_softmax(scores, mask)  # (B, L) each
+        scores, mask = self.scores(query, keys), rows_mask(mask, query.shape[0])  # (B·K, L) each
+        alphas, log_alphas = masked_softmax(scores, mask), masked_log_softmax(scores, mask)  # (B·K, L) each
         if not self.training:
             return self.one_cell(self.choose(alphas), alphas, log_alphas, features)
         # Noise drawn as torch.nn.functional.gumbel_softmax draws it, so the two agree under one seed.

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from captioning.models.attention.base import AttentionLayer, AttentionOutput
+from captioning.models.attention.base import AttentionLayer, AttentionOutput, attend, per_image
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
@@ -34,6 +34,19 @@ def merge_heads(x: Tensor) -> Tensor:
     """(B, h, T, d) -> (B, T, h·d)."""
     b, h, t, d = x.shape
     return x.transpose(1, 2).reshape(b, t, h * d)  # (B, T, h, d) -> (B, T, h·d)
+
+
+def fold_rows(q: Tensor, images: int) -> Tensor:
+    """(B·K, h, T, d) -> (B, h, K·T, d): an image's K adjacent rows as K·T queries of that image."""
+    n, h, t, d = q.shape
+    return q.view(images, n // images, h, t, d).transpose(1, 2).reshape(images, h, -1, d)  # (B, h, K·T, d)
+
+
+def unfold_rows(x: Tensor, rows: int) -> Tensor:
+    """Inverse of ``fold_rows``: (B, h, K·T, e) -> (B·K, h, T, e)."""
+    b, h, kt, e = x.shape
+    k = rows // b
+    return x.view(b, h, k, kt // k, e).transpose(1, 2).reshape(rows, h, kt // k, e)  # (B·K, h, T, e)
 
 
 def _key_mask(mask: Tensor | None, t: int, s: int, is_causal: bool, device: torch.device) -> Tensor | None:
@@ -122,11 +135,23 @@ class MultiHeadSDPA(nn.Module):
         is_causal: bool = False,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Output (B, T, D) through the fused kernel, plus the weights (B, h, T, S) only if asked."""
+        """Output (B, T, D) through the fused kernel, plus the weights (B, h, T, S) only if asked.
+
+        q may have K rows per row of k, v and mask (beam search over a per-image memory): the K rows of
+        an image then attend as K·T queries of that image, so the memory is never copied per beam.
+        """
         p = self.dropout if self.training else 0.0
-        out = self.out_proj(merge_heads(fused_attention(q, k, v, mask, is_causal, p)))  # (B, T, D)
-        weights = attention_weights(q, k, mask, is_causal) if need_weights else None
-        return out, weights
+        rows, images = q.shape[0], k.shape[0]
+        if rows != images:
+            if is_causal:
+                raise ValueError("MultiHeadSDPA: K query rows per key row is for cross-attention only")
+            q = fold_rows(q, images)  # (B·K, h, T, d) -> (B, h, K·T, d)
+        out = fused_attention(q, k, v, mask, is_causal, p)  # (B, h, K·T, d)
+        weights = attention_weights(q, k, mask, is_causal) if need_weights else None  # (B, h, K·T, S)
+        if rows != images:
+            out = unfold_rows(out, rows)  # (B·K, h, T, d)
+            weights = None if weights is None else unfold_rows(weights, rows)  # (B·K, h, T, S)
+        return self.out_proj(merge_heads(out)), weights  # (B·K, T, D)
 
     def forward(
         self,
@@ -172,13 +197,13 @@ class MultiHeadAttention(AttentionLayer):
         return split_heads(self.key_proj(features), self.num_heads)  # (B, L, A) -> (B, h, L, d)
 
     def head_alphas(self, query: Tensor, keys: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Per-head distributions α^h_t (B, h, L) for the query (B, H)."""
-        q = split_heads(self.query_proj(query).unsqueeze(1), self.num_heads)  # (B, 1, A) -> (B, h, 1, d)
-        return attention_weights(q, keys, mask).squeeze(2)  # (B, h, 1, L) -> (B, h, L)
+        """Per-head distributions α^h_t (B·K, h, L) for the query (B·K, H); keys (B, h, L, d), mask (B, L)."""
+        q = per_image(self.query_proj(query), keys.shape[0])  # (B, K, A): K query rows (beams) per image
+        q = split_heads(q, self.num_heads)  # (B, h, K, d)
+        return attention_weights(q, keys, mask).transpose(1, 2).flatten(0, 1)  # (B, h, K, L) -> (B·K, h, L)
 
     def forward(
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
     ) -> AttentionOutput:
-        alphas = self.head_alphas(query, keys, mask).mean(1)  # (B, L), heads averaged
-        context = (alphas.unsqueeze(1) @ features).squeeze(1)  # (B, 1, L) @ (B, L, D) -> (B, D)
-        return AttentionOutput(context=context, weights=alphas, alphas=alphas)
+        alphas = self.head_alphas(query, keys, mask).mean(1)  # (B·K, L), heads averaged
+        return AttentionOutput(context=attend(alphas, features), weights=alphas, alphas=alphas)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from captioning.models.attention.base import AttentionLayer
+from captioning.models.attention.base import AttentionLayer, per_image
 
 
 class AdditiveAttention(AttentionLayer):
@@ -30,10 +30,13 @@ class AdditiveAttention(AttentionLayer):
         self.score = nn.Linear(attention_dim, 1, bias=False)  # v
 
     def precompute(self, features: Tensor) -> Tensor:
-        return F.linear(features, 2 * self.key_proj.weight, 2 * self.key_proj.bias)  # (B, L, A) = 2(W_k a + b)
+        return F.linear(
+            features, 2 * self.key_proj.weight, 2 * self.key_proj.bias
+        )  # (B, L, A) = 2(W_k a + b)
 
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
-        """e_t (B, L) up to a per-row constant (see the module docstring)."""
-        q = F.linear(query, 2 * self.query_proj.weight).unsqueeze(1)  # (B, 1, A) = 2 W_q h
-        hidden = (keys + q).sigmoid_()  # (B, L, A) = σ(2u) = (tanh(u) + 1) / 2
-        return F.linear(hidden, 2 * self.score.weight).squeeze(-1)  # (B, L, A) -> (B, L)
+        """e_t (B·K, L) up to a per-row constant (see the module docstring); keys (B, L, A)."""
+        q = per_image(F.linear(query, 2 * self.query_proj.weight), keys.shape[0])  # (B, K, A) = 2 W_q h
+        hidden = (keys.unsqueeze(1) + q.unsqueeze(2)).sigmoid_()  # (B, K, L, A) = σ(2u) = (tanh(u) + 1) / 2
+        e = F.linear(hidden, 2 * self.score.weight)  # (B, K, L, 1)
+        return e.view(query.shape[0], -1)  # (B·K, L)

@@ -7,8 +7,9 @@ A decoder consumes the encoder grid ``features`` (B, L, D) and emits one token d
 * ``forward(features, tokens)`` is teacher forcing over a whole caption, returning ``DecoderOutput``.
 
 State is a ``dict[str, Tensor]`` whose tensors are all batch-first. Keys listed in ``static_keys``
-depend only on the image (features, attention keys, cross-attention K/V): decoding code keeps beams
-of one image adjacent, so reselecting beams never needs to copy them.
+depend only on the image (features, attention keys, cross-attention K/V): beam search keeps them at B
+rows while the recurrent tensors have B·K rows (an image's K beams adjacent), so they are never copied
+K times, never reselected, and each step reads them once per image.
 """
 
 from __future__ import annotations
@@ -60,8 +61,14 @@ class Decoder(nn.Module):
         self.step = torch.compile(self.step)
 
     def expand_state(self, state: State, k: int) -> State:
-        """Repeat every row k times, adjacent: row b becomes rows b*k .. b*k+k-1 (beam search)."""
-        return {name: t.repeat_interleave(k, dim=0) for name, t in state.items()}
+        """Repeat every recurrent row k times, adjacent: row b becomes rows b*k .. b*k+k-1 (beam search).
+
+        ``static_keys`` (image-only tensors: features, attention keys, cross-attention K/V, masks) keep
+        their B rows: ``step`` must accept B·K recurrent rows over B static rows (K per image)."""
+        return {
+            name: t if name in self.static_keys else t.repeat_interleave(k, dim=0)
+            for name, t in state.items()
+        }
 
     def reorder_state(self, state: State, index: Tensor) -> State:
         """Select rows ``index`` of the recurrent state; ``index`` never crosses images."""
