@@ -23,20 +23,26 @@ DECODERS = sorted(p.stem for p in (CONF / "model" / "decoder").glob("*.yaml"))
 ATTENTIONS = sorted(p.stem for p in (CONF / "model" / "decoder" / "attention").glob("*.yaml"))
 
 # Small enough that a Lightning run of a few steps takes seconds on 2 CPU cores.
-TINY = [
+TINY_DATA = [
     "data.train.num_images=24",
     "data.val.num_images=8",
     "data.test.num_images=8",
     "data.batch_size=8",
     "data.eval_batch_size=8",
-    "model.encoder.out_dim=16",
-    "model.encoder.width=8",
-    "model.encoder.grid_size=3",
+]
+TINY_DECODER = [
     "model.decoder.embed_dim=16",
     "model.decoder.hidden_dim=16",
     "model.max_length=6",
     "logger=[]",
     "~callbacks.lr_monitor",
+]
+TINY = [
+    *TINY_DATA,
+    "model.encoder.out_dim=16",
+    "model.encoder.width=8",
+    "model.encoder.grid_size=3",
+    *TINY_DECODER,
 ]
 
 

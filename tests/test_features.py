@@ -19,7 +19,7 @@ from captioning.models.encoders import EfficientNetLite0Encoder, SmallCNN
 from captioning.preflight import check_model_config
 from captioning.train import train
 
-from conftest import CONF, SHARED_DATA
+from conftest import CONF, SHARED_DATA, TINY_DATA, TINY_DECODER
 from helpers import build_net
 
 FLICKR8K_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("flickr8k_*.yaml"))
@@ -161,20 +161,12 @@ def test_flickr8k_experiments_use_cached_lite0_stride16_features(experiment):
 TINY_CACHED = [
     "experiment=flickr8k_cached",  # its feature cache and frozen Lite0, on tiny synthetic data
     "data=synthetic",
-    "data.train.num_images=24",
-    "data.val.num_images=8",
-    "data.test.num_images=8",
-    "data.batch_size=8",
-    "data.eval_batch_size=8",
+    *TINY_DATA,
     "data.image_size=64",
     "data.min_word_count=1",
     "data.feature_cache.progress=false",
     "model.encoder.grid_size=3",
-    "model.decoder.embed_dim=16",
-    "model.decoder.hidden_dim=16",
-    "model.max_length=6",
-    "logger=[]",
-    "~callbacks.lr_monitor",
+    *TINY_DECODER,
     "trainer.max_epochs=1",
     "trainer.limit_train_batches=3",
     "trainer.enable_progress_bar=false",
