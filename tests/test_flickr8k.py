@@ -41,3 +41,29 @@ def test_a_few_training_batches_on_flickr8k_with_the_pretrained_encoder(tmp_path
     losses = [float(r.split(",")[col]) for r in metrics[1:] if r.split(",")[col]]
     assert losses and all(0 < x < 20 for x in losses)
     assert {"val/Bleu_4", "val/CIDEr"} <= set(header)
+
+
+def test_compare_runs_flickr8k_experiments_on_cached_features(tmp_path):
+    """scripts/compare.py --experiments on the real images: features cached once, shared by both runs."""
+    import importlib.util
+    import json
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("compare", REPO / "scripts" / "compare.py")
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    out, cache = tmp_path / "cmp", tmp_path / "cache"
+    argv = [
+        "--experiments", "flickr8k_soft,flickr8k_hard_gumbel", "--seeds", "0", "--allow-few-seeds",
+        "--out-dir", str(out), "--split", "val", "--tokenizer", "simple", "--metrics", "Bleu_4,CIDEr",
+        f"paths.flickr8k={FLICKR8K}", f"paths.cache={cache}", "+data.train.limit=32", "+data.val.limit=8",
+        "data.batch_size=8", "data.eval_batch_size=8", "data.min_word_count=2", "data.feature_cache.progress=false",
+        "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.enable_progress_bar=false",
+        "logger=[]", "~callbacks.lr_monitor",
+    ]  # fmt: skip
+    assert compare.main(argv) == 0
+    runs = json.loads((out / "results.json").read_text())
+    assert [r["label"] for r in runs] == ["flickr8k_soft", "flickr8k_hard_gumbel"]
+    assert all(r["num_images"] == 8 and r["Bleu_4"] >= 0 and r["CIDEr"] >= 0 for r in runs)
+    assert len(list(cache.iterdir())) == 1  # one feature cache (one encoder), reused by both runs

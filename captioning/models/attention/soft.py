@@ -30,9 +30,8 @@ class AdditiveAttention(AttentionLayer):
         self.score = nn.Linear(attention_dim, 1, bias=False)  # v
 
     def precompute(self, features: Tensor) -> Tensor:
-        return F.linear(
-            features, 2 * self.key_proj.weight, 2 * self.key_proj.bias
-        )  # (B, L, A) = 2(W_k a + b)
+        # (B, L, D') -> (B, L, A) = 2 (W_k a_i + b), once per image
+        return F.linear(features, 2 * self.key_proj.weight, 2 * self.key_proj.bias)
 
     def scores(self, query: Tensor, keys: Tensor) -> Tensor:
         """e_t (B·K, L) up to a per-row constant (see the module docstring); keys (B, L, A)."""
