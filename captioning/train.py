@@ -19,6 +19,7 @@ from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 from captioning.lit_module import CaptionLitModule  # noqa: E402
 from captioning.preflight import check_model_config  # noqa: E402
 from captioning.resume import check_resume_matches, resolve_ckpt_path  # noqa: E402
+from captioning.runtime import keep_freed_memory  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 
@@ -83,6 +84,7 @@ def train(cfg: DictConfig) -> str:
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    keep_freed_memory()  # captioning/runtime.py: no page faults on every step's large tensors
     best = train(cfg)
     if int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0:
         print(f"best checkpoint: {best}", flush=True)  # once, even under DDP

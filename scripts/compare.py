@@ -40,6 +40,7 @@ from omegaconf import open_dict  # noqa: E402
 
 from captioning.evaluation import build_source, compose_config, evaluate_checkpoint, write_evaluation  # noqa: E402
 from captioning.metrics.coco import METRICS  # noqa: E402
+from captioning.runtime import keep_freed_memory  # noqa: E402
 from captioning.train import train  # noqa: E402
 
 MIN_SEEDS = 3  # the issue asks for >= 3 seeds so that a std means something
@@ -166,6 +167,7 @@ def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dic
 def _worker_threads(threads: int) -> None:
     import torch
 
+    keep_freed_memory()
     torch.set_num_threads(threads)
 
 
@@ -272,6 +274,7 @@ def bar_chart(summary: dict, columns: list[str], path: Path, title: str) -> None
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    keep_freed_memory()  # as captioning-train does (captioning/runtime.py)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     rows = run_all(args)
     summary = summarise(rows, [label for label, _ in args.runs])

@@ -13,7 +13,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
+from captioning.runtime import keep_freed_memory  # noqa: E402
+
 torch.set_num_threads(2)
+keep_freed_memory()  # as the entry points do (captioning/runtime.py)
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

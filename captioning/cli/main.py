@@ -9,6 +9,7 @@ import sys
 os.environ.setdefault("WANDB_MODE", "offline")
 
 from captioning.cli import caption, evaluate, score  # noqa: E402
+from captioning.runtime import keep_freed_memory  # noqa: E402
 
 SUBCOMMANDS = {"caption": caption, "evaluate": evaluate, "score": score}
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    keep_freed_memory()  # captioning/runtime.py
     return SUBCOMMANDS[args.command].run(args)
 
 
