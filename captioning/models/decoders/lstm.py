@@ -76,14 +76,14 @@ class LSTMDecoder(Decoder):
         return torch.cat([features, code.to(features.dtype).expand(b, n_loc, -1)], dim=-1)  # (B, L, D+P)
 
     def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
-        features = self.with_positions(features)  # (B, L, D)
+        features = self.with_positions(features)  # (B, L, D')
         mask = as_state_mask(mask, features)  # (B, L)
         m = mask.unsqueeze(-1).to(features.dtype)
-        mean = (features * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D) mean over valid locations
+        mean = (features * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D') mean over valid locations
         return {
             "h": torch.tanh(self.init_h(mean)),  # (B, H)
             "c": torch.tanh(self.init_c(mean)),  # (B, H)
-            "features": features,  # (B, L, D)
+            "features": features,  # (B, L, D')
             "keys": self.attention.precompute(features),  # once per image, not per step
             "mask": mask,
         }
