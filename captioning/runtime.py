@@ -21,15 +21,31 @@ M_MMAP_MAX = -4
 KEEP = 2**31 - 1  # bytes of free heap top that may stay unreturned (the largest int mallopt takes)
 
 
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc on Linux, else None (musl or another libc: nothing to tune)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
 def keep_freed_memory() -> bool:
     """Make glibc reuse freed memory instead of unmapping it; True if applied.
 
     A no-op off glibc, or when the user tunes malloc through MALLOC_MMAP_MAX_ / GLIBC_TUNABLES.
     """
-    if not sys.platform.startswith("linux") or {"MALLOC_MMAP_MAX_", "GLIBC_TUNABLES"} & set(os.environ):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # musl or another libc: nothing to tune this way
+    libc = _glibc()
+    if libc is None or {"MALLOC_MMAP_MAX_", "GLIBC_TUNABLES"} & set(os.environ):
         return False
     return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, KEEP))
+
+
+def release_free_heap() -> None:
+    """Return the freed heap pages to the OS now (glibc ``malloc_trim``), e.g. before measuring RSS growth.
+
+    Off glibc nothing happens, and RSS growth measured after earlier allocations is an under-estimate."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)

@@ -19,8 +19,6 @@ large fp32 matmul on this machine, to print the fraction of the roofline reached
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import gc
 import json
 import resource
@@ -43,17 +41,11 @@ from captioning.bench.reference import ReferenceSoftLSTM, per_image_beam_search 
 from captioning.decoding import beam_search, greedy  # noqa: E402
 from captioning.losses import caption_loss  # noqa: E402
 from captioning.models.decoders.base import shift_inputs  # noqa: E402
-from captioning.runtime import keep_freed_memory  # noqa: E402
+from captioning.runtime import keep_freed_memory, release_free_heap  # noqa: E402
 
 from conftest import compose_train  # noqa: E402
 
 NO_END = -1  # no token has this id: every caption decodes the full length, so work is comparable
-
-
-def release_free_heap() -> None:
-    """Return freed heap pages to the OS (glibc ``malloc_trim``), so RSS growth measures the block alone."""
-    with contextlib.suppress(OSError):  # not glibc: then an under-estimate after earlier blocks
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class PeakMemory:
