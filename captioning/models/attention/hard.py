@@ -55,6 +55,13 @@ class HardAttention(AdditiveAttention):
         super().__init__(feature_dim, query_dim, attention_dim)
         self.sample_at_inference = sample_at_inference
 
+    def distribution(
+        self, query: Tensor, keys: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+        """Scores, the mask per query row, α_t and log α_t, each (B·K, L), for queries (B·K, H)."""
+        scores, mask = self.scores(query, keys), rows_mask(mask, query.shape[0])
+        return scores, mask, masked_softmax(scores, mask), masked_log_softmax(scores, mask)
+
     def choose(self, alphas: Tensor) -> Tensor:
         """(B, L) -> (B,) location indices: a sample in training (or when asked), else the argmax."""
         if self.training or self.sample_at_inference:
@@ -141,8 +148,7 @@ class ReinforceHardAttention(HardAttention):
     def forward(
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
     ) -> AttentionOutput:
-        scores, mask = self.scores(query, keys), rows_mask(mask, query.shape[0])  # (B·K, L) each
-        alphas, log_alphas = masked_softmax(scores, mask), masked_log_softmax(scores, mask)  # (B·K, L) each
+        scores, mask, alphas, log_alphas = self.distribution(query, keys, mask)  # (B·K, L) each
         if self.training and not self.sample_this_batch:
             # Semi-sampling: the expected context, exactly soft attention; log-probs unused (no REINFORCE).
             return AttentionOutput(
@@ -234,13 +240,12 @@ class GumbelHardAttention(HardAttention):
     def forward(
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
     ) -> AttentionOutput:
-        scores, mask = self.scores(query, keys), rows_mask(mask, query.shape[0])  # (B·K, L) each
-        alphas, log_alphas = masked_softmax(scores, mask), masked_log_softmax(scores, mask)  # (B·K, L) each
+        scores, mask, alphas, log_alphas = self.distribution(query, keys, mask)  # (B·K, L) each
         if not self.training:
             return self.one_cell(self.choose(alphas), alphas, log_alphas, features)
         # Noise drawn as torch.nn.functional.gumbel_softmax draws it, so the two agree under one seed.
-        gumbel = -torch.empty_like(scores).exponential_().log()  # (B, L) Gumbel(0, 1)
-        relaxed = masked_softmax((scores + gumbel) / self.tau, mask)  # (B, L) Gumbel-softmax sample
+        gumbel = -torch.empty_like(scores).exponential_().log()  # (B·K, L) Gumbel(0, 1)
+        relaxed = masked_softmax((scores + gumbel) / self.tau, mask)  # (B·K, L) Gumbel-softmax sample
         index = relaxed.argmax(dim=-1)  # Gumbel-max over valid locations
         hard = F.one_hot(index, scores.shape[-1]).to(relaxed.dtype)  # (B, L)
         # relaxed − relaxed.detach() is exactly 0 in value but carries d(relaxed): the forward weights are
