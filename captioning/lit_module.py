@@ -12,6 +12,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.plugins.precision import Precision
+from pytorch_lightning.utilities import GradClipAlgorithmType
 from torch import Tensor, nn
 
 from captioning.data.vocab import Vocab
@@ -139,6 +141,20 @@ class CaptionLitModule(pl.LightningModule):
             return optimizer
         scheduler = self.scheduler_factory(optimizer, total_steps=self.trainer.estimated_stepping_batches)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
+        # Lightning refuses to clip whenever a fused optimizer (model.optimizer.fused, which unscales
+        # fp16 gradients inside its step) meets mixed precision, bf16 included. Only a gradient scaler
+        # (16-mixed) makes clipping before the step wrong: without one the gradients are the true ones
+        # and clip exactly as in fp32, so clip them with the plain precision plugin's code.
+        plugin = self.trainer.precision_plugin
+        if gradient_clip_val and getattr(plugin, "scaler", None) is None:
+            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)
+        else:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Plain data only, so captioning/evaluation load with torch.load(weights_only=True).

@@ -7,7 +7,8 @@ Sizes default to the paper's (Xu et al.): grid 14×14 of 2048-d features, embedd
 attention 512, vocabulary 10,000, captions of 20 tokens, batch 32. The encoder is not part of the
 training step (features are given, as with a frozen encoder or cached features).
 
-References measured in the same run, so speed-ups are ratios, not absolute times:
+References measured in the same run, so speed-ups are ratios, not absolute times (the training step
+and its reference are timed alternately, and the speed-up is the median of the pairs' ratios):
 * soft LSTM training step written the straightforward way (keys W_k·a recomputed at every step,
   embedding gates and output layer one step at a time: captioning/bench/reference.py), same weights,
   same math (its loss is checked equal);
@@ -25,6 +26,7 @@ import resource
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import hydra
@@ -81,23 +83,39 @@ class PeakMemory:
             self.peak_mb = (self.high - self.base) / 2**20
 
 
+def seconds(fn, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def timed(fn, repeats: int, device: torch.device, warmup: int = 1) -> float:
     """Median seconds per call."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    return median([seconds(fn, device) for _ in range(repeats)])
 
 
-def build_decoder(name: str, args) -> torch.nn.Module:
+def timed_pairs(fn, reference, repeats: int, device: torch.device) -> tuple[float, float, float]:
+    """Median seconds of ``fn`` and of ``reference`` timed alternately (fn, ref, fn, ref, ...), and the
+    median of the per-pair ratios ref / fn. A shared machine's speed drifts by ±20% over seconds (other
+    processes, clock): alternating puts the drift on both sides of each ratio instead of on one."""
+    fn(), reference()  # warm-up
+    pairs = [(seconds(fn, device), seconds(reference, device)) for _ in range(repeats)]
+    ours, ref = zip(*pairs)
+    return median(list(ours)), median(list(ref)), median([r / o for o, r in pairs])
+
+
+def build_decoder(name: str, args) -> tuple[torch.nn.Module, Callable[..., torch.optim.Optimizer]]:
+    """The decoder at the benchmark's sizes, and the training config's optimizer factory."""
     overrides = [f"model/decoder={name}", "model/encoder=resnet101", "model.encoder.pretrained=false"]
     overrides += [f"model.decoder.embed_dim={args.dim}"]
     if name == "transformer":
@@ -115,7 +133,7 @@ def build_decoder(name: str, args) -> torch.nn.Module:
         cfg.model.decoder.vocab_size = args.vocab
         cfg.model.decoder.feature_dim = args.feature_dim
     torch.manual_seed(0)
-    return hydra.utils.instantiate(cfg.model.decoder)
+    return hydra.utils.instantiate(cfg.model.decoder), hydra.utils.instantiate(cfg.model.optimizer)
 
 
 def soft_step_flops(b: int, t: int, n_loc: int, d: int, e: int, h: int, a: int, v: int) -> float:
@@ -145,14 +163,15 @@ def matmul_peak(device: torch.device, n: int = 2048) -> float:
 
 
 def bench_decoder(name: str, args, device: torch.device, rows: list[dict]) -> None:
-    decoder = build_decoder(name, args).to(device)
+    decoder, optimizer = build_decoder(name, args)
+    decoder = decoder.to(device)
     b, t, n_loc = args.batch, args.length, args.grid**2  # n_loc = L grid locations
     g = torch.Generator().manual_seed(0)
     features = torch.randn(b, n_loc, args.feature_dim, generator=g).to(device)  # (B, L, D)
     tokens = torch.randint(4, args.vocab, (b, t + 1), generator=g).to(device)  # (B, T+1)
     tokens[:, 0] = 1
     inputs, targets = shift_inputs(tokens)
-    opt = torch.optim.AdamW([p for p in decoder.parameters() if p.requires_grad], lr=1e-4)
+    opt = optimizer([p for p in decoder.parameters() if p.requires_grad])  # as training's (fused AdamW)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
 
     def train_step(module):
@@ -163,51 +182,38 @@ def bench_decoder(name: str, args, device: torch.device, rows: list[dict]) -> No
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    def measure_train_step(label: str) -> dict:
-        decoder.train()
-        with PeakMemory(device) as mem:
-            sec = timed(lambda: train_step(decoder), repeats=args.repeats, device=device)
-        row = {
-            "decoder": name,
-            "what": f"train step ({label})",
-            "seconds": sec,
-            "tokens/s": b * t / sec,
-            "pairs/s": b / sec,
-            "peak MB": mem.peak_mb,
-        }
-        if name == "soft":
-            d_grid = decoder.grid_dim  # D' = D + P: the fixed position code is read with the features
-            flops = soft_step_flops(b, t, n_loc, d_grid, args.dim, args.dim, args.dim, args.vocab)
-            row["GFLOP"] = flops / 1e9
-            row["of peak"] = flops / sec / args.peak
-        rows.append(row)
-        return row
-
-    ours = measure_train_step("ours")
-    if name == "soft":
-        reference = ReferenceSoftLSTM(decoder)
+    reference = ReferenceSoftLSTM(decoder) if name == "soft" else None
+    if reference is not None:
         decoder.eval()
         with torch.no_grad():
             a = caption_loss(decoder(features, inputs), targets, decoder).loss
             r = caption_loss(reference(features, inputs), targets, decoder).loss
         assert torch.allclose(a, r, atol=1e-4, rtol=1e-4), f"reference differs: {a} vs {r}"
+
+    def train_row(what: str, sec: float, **extra) -> None:
+        row = {"decoder": name, "what": f"train step ({what})", "seconds": sec}
+        rows.append({**row, "tokens/s": b * t / sec, "pairs/s": b / sec, **extra})
+
+    def measure_train_step(label: str) -> None:
         decoder.train()
-        sec_ref = timed(lambda: train_step(reference), repeats=max(1, args.repeats // 2), device=device)
-        rows.append(
-            {
-                "decoder": name,
-                "what": "train step (reference)",
-                "seconds": sec_ref,
-                "tokens/s": b * t / sec_ref,
-                "pairs/s": b / sec_ref,
-                "speed-up": sec_ref / ours["seconds"],
-            }
+        with PeakMemory(device) as mem:
+            sec = timed(lambda: train_step(decoder), repeats=args.repeats, device=device)
+        if reference is None:
+            train_row(label, sec, **{"peak MB": mem.peak_mb})
+            return
+        # Ours and the reference alternately, the speed-up the median of the pairs' ratios.
+        sec, sec_ref, ratio = timed_pairs(
+            lambda: train_step(decoder), lambda: train_step(reference), args.repeats, device
         )
+        flops = soft_step_flops(b, t, n_loc, decoder.grid_dim, args.dim, args.dim, args.dim, args.vocab)
+        extra = {"peak MB": mem.peak_mb, "GFLOP": flops / 1e9, "of peak": flops / sec / args.peak}
+        train_row(label, sec, **extra)
+        train_row(f"reference, paired with {label}", sec_ref, **{"speed-up": ratio})
+
+    measure_train_step("ours")
     if args.compile:  # the same decoder with its step compiled (model.compile=true), after the eager runs
         decoder.compile_step()
-        compiled = measure_train_step("ours+compile")
-        if name == "soft":
-            compiled["speed-up"] = sec_ref / compiled["seconds"]
+        measure_train_step("ours+compile")
     decoder.eval()
     for beam in (1, 3, 5):
 

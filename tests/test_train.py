@@ -31,3 +31,31 @@ def test_short_training_writes_a_self_contained_checkpoint(tmp_path):
     header = next(iter(metrics)).read_text().splitlines()[0].split(",")
     assert {"train/loss", "val/loss", "val/Bleu_4", "val/CIDEr"} <= set(header)
     json.dumps(raw["captioning"])  # the vocabulary and config are JSON-able
+
+
+class NormRecordingAdamW(torch.optim.AdamW):
+    """AdamW that records the gradient norm it is about to apply (after Lightning's clipping)."""
+
+    norms: list[float] = []
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None  # forward, backward, then clipping
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        NormRecordingAdamW.norms.append(
+            torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
+        )
+        super().step()
+        return loss
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_fused_optimizer_gradients_are_clipped(precision, tmp_path):
+    """The default optimizer is fused AdamW; Lightning alone refuses to clip for it under bf16-mixed."""
+    NormRecordingAdamW.norms.clear()
+    overrides = [*TINY, "+trainer.fast_dev_run=2", f"trainer.precision={precision}", "trainer.gradient_clip_val=0.01",
+                 "model.optimizer._target_=test_train.NormRecordingAdamW"]  # fmt: skip
+    cfg = compose_train(overrides, tmp_path)
+    assert cfg.model.optimizer.fused is True
+    train(cfg)
+    assert len(NormRecordingAdamW.norms) == 2
+    assert all(n == pytest.approx(0.01, rel=1e-3) for n in NormRecordingAdamW.norms)  # unclipped ≫ 0.01

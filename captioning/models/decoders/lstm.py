@@ -12,12 +12,15 @@ attention, the log-probability and entropy of its choices, which ``forward`` col
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
 from captioning.models.attention.base import AttentionLayer, AttentionOutput
 from captioning.models.decoders.base import Decoder, DecoderOutput, State, as_state_mask
 from captioning.models.position import sinusoidal_2d, square_grid_side
+from captioning.models.recurrent_linear import recurrent_linear
 
 
 class LSTMDecoder(Decoder):
@@ -78,8 +81,8 @@ class LSTMDecoder(Decoder):
     def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
         features = self.with_positions(features)  # (B, L, D')
         mask = as_state_mask(mask, features)  # (B, L)
-        m = mask.unsqueeze(-1).to(features.dtype)
-        mean = (features * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D') mean over valid locations
+        m = mask.to(features.dtype).unsqueeze(1)  # (B, 1, L)
+        mean = (m @ features).squeeze(1) / m.sum(-1).clamp_min(1.0)  # (B, D') over valid locations, one read
         return {
             "h": torch.tanh(self.init_h(mean)),  # (B, H)
             "c": torch.tanh(self.init_c(mean)),  # (B, H)
@@ -88,14 +91,19 @@ class LSTMDecoder(Decoder):
             "mask": mask,
         }
 
-    def _advance(self, emb_gates: Tensor, state: State) -> tuple[Tensor, AttentionOutput, State]:
-        """One LSTM step given the embedding's gate contribution (B, 4H); returns β_t ẑ_t (B, D')."""
+    def _advance(
+        self, emb_gates: Tensor, state: State, gates_rec: Callable[[Tensor], Tensor] | None = None
+    ) -> tuple[Tensor, AttentionOutput, State]:
+        """One LSTM step given the embedding's gate contribution (B, 4H); returns β_t ẑ_t (B, D').
+
+        ``gates_rec`` replaces ``self.gates_rec`` in training (its weight gradient deferred to one GEMM).
+        """
         h, c = state["h"], state["c"]
         att = self.attention(h, state["features"], state["keys"], state["mask"])
         z = att.context  # (B, D')
         if self.gate is not None:
             z = torch.sigmoid(self.gate(h)) * z  # β_t ẑ_t, §4.2.1
-        gates = emb_gates + self.gates_rec(torch.cat([z, h], dim=-1))  # (B, 4H)
+        gates = emb_gates + (gates_rec or self.gates_rec)(torch.cat([z, h], dim=-1))  # (B, 4H)
         i, f, g, o = gates.chunk(4, dim=-1)  # each (B, H)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
@@ -127,10 +135,11 @@ class LSTMDecoder(Decoder):
             mask = None if mask is None else mask.repeat_interleave(k, dim=0)  # (B·K, L)
         state = self.init_state(features, mask)
         emb = self.embedding(tokens)  # (B, T, E)
-        emb_gates = self.gates_emb(emb)  # (B, T, 4H): one matmul for all steps
+        emb_gates = self.gates_emb(emb).unbind(1)  # T × (B, 4H): one matmul for all steps
+        gates_rec = recurrent_linear(self.gates_rec.weight)  # its weight gradient: one GEMM after the loop
         hs, zs, weights, alphas, log_probs, entropies = [], [], [], [], [], []
         for t in range(tokens.shape[1]):
-            z, att, state = self._advance(emb_gates[:, t], state)
+            z, att, state = self._advance(emb_gates[t], state, gates_rec)
             hs.append(state["h"])
             zs.append(z)
             weights.append(att.weights)
