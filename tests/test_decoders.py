@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from captioning.decoding import greedy
 from captioning.losses import caption_loss, doubly_stochastic
 from captioning.models.decoders.base import shift_inputs
 from captioning.models.position import sinusoidal_2d
@@ -72,3 +73,28 @@ def test_lstm_reads_each_location_with_a_fixed_2d_position_code(decoder):
     torch.testing.assert_close(grid[..., dec.feature_dim :], code.expand(2, 9, -1))
     assert not grid.requires_grad  # nothing to back-propagate into at every step
     assert dec.attention.feature_dim == dec.grid_dim == dec.feature_dim + dec.position_dim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decoder", ["soft", "transformer"])
+def test_compiled_step_computes_the_same_gradients_and_captions(decoder):
+    """model.compile=true: torch.compile of the per-token step changes speed, not results (the LSTM's
+    compiled step also runs inside training's forward, with the deferred weight gradient)."""
+    net = build_net(decoder, V, seed=1).eval()  # eval: no dropout, so both runs see the same function
+    features, tokens = random_batch(net, batch=3, steps=6, vocab_size=V)
+    inputs, targets = shift_inputs(tokens)
+
+    def run():
+        net.zero_grad(set_to_none=True)
+        caption_loss(net.decoder(features, inputs), targets, net.decoder, alpha_c=1.0).loss.backward()
+        grads = {n: p.grad.clone() for n, p in net.decoder.named_parameters() if p.grad is not None}
+        with torch.no_grad():
+            return grads, greedy(net.decoder, features, max_length=7).tokens
+
+    eager_grads, eager_tokens = run()
+    net.decoder.compile_step()
+    grads, tokens_out = run()
+    assert torch.equal(tokens_out, eager_tokens)
+    assert grads.keys() == eager_grads.keys()
+    for name, g in grads.items():
+        torch.testing.assert_close(g, eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
