@@ -145,16 +145,18 @@ class CaptionLitModule(pl.LightningModule):
     def configure_gradient_clipping(
         self, optimizer: torch.optim.Optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
     ) -> None:
-        # Lightning refuses to clip whenever a fused optimizer (model.optimizer.fused, which unscales
-        # fp16 gradients inside its step) meets mixed precision, bf16 included. Only a gradient scaler
-        # (16-mixed) makes clipping before the step wrong: without one the gradients are the true ones
-        # and clip exactly as in fp32, so clip them with the plain precision plugin's code.
-        plugin = self.trainer.precision_plugin
-        if gradient_clip_val and getattr(plugin, "scaler", None) is None:
-            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
-            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)
-        else:
-            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        # Lightning refuses to clip whenever a fused optimizer (model.optimizer.fused, which can unscale
+        # fp16 gradients inside its step) meets mixed precision, and leaves its gradients scaled. Clipping
+        # needs the true gradients: with a gradient scaler (16-mixed), unscale them first (the scaler
+        # then steps the optimizer without scaling again); without one (bf16-mixed, 32-true) they are
+        # already true. Then clip with the plain precision plugin's code.
+        if not gradient_clip_val:
+            return
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        if scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False):
+            scaler.unscale_(optimizer)
+        algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+        Precision.clip_gradients(self.trainer.precision_plugin, optimizer, gradient_clip_val, algorithm)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Plain data only, so captioning/evaluation load with torch.load(weights_only=True).

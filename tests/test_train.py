@@ -48,9 +48,10 @@ class NormRecordingAdamW(torch.optim.AdamW):
         return loss
 
 
-@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed"])
 def test_fused_optimizer_gradients_are_clipped(precision, tmp_path):
-    """The default optimizer is fused AdamW; Lightning alone refuses to clip for it under bf16-mixed."""
+    """The default optimizer is fused AdamW; Lightning alone refuses to clip for it under mixed precision.
+    (On CPU, Lightning's 16-mixed has no gradient scaler: the next test covers the scaler.)"""
     NormRecordingAdamW.norms.clear()
     overrides = [*TINY, "+trainer.fast_dev_run=2", f"trainer.precision={precision}", "trainer.gradient_clip_val=0.01",
                  "model.optimizer._target_=test_train.NormRecordingAdamW"]  # fmt: skip
@@ -59,3 +60,26 @@ def test_fused_optimizer_gradients_are_clipped(precision, tmp_path):
     train(cfg)
     assert len(NormRecordingAdamW.norms) == 2
     assert all(n == pytest.approx(0.01, rel=1e-3) for n in NormRecordingAdamW.norms)  # unclipped ≫ 0.01
+
+
+def test_fused_clipping_under_a_gradient_scaler_clips_and_applies_the_true_gradients():
+    """16-mixed (a GradScaler): the hook unscales before clipping, and the scaler's step then applies the
+    clipped gradient as is (not divided by the scale a second time)."""
+    from types import SimpleNamespace
+
+    from pytorch_lightning.plugins.precision import MixedPrecision
+
+    from captioning.lit_module import CaptionLitModule
+
+    w = torch.nn.Parameter(torch.zeros(4))
+    opt = torch.optim.SGD([w], lr=1.0, fused=True)  # update = -gradient: shows what the step applied
+    assert opt._step_supports_amp_scaling  # it unscales inside its step, like fused AdamW
+    plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=1024.0))
+    plugin.scaler.scale((w * 3.0).sum()).backward()  # true gradient 3 per entry (norm 6), stored ×1024
+    module = SimpleNamespace(trainer=SimpleNamespace(precision_plugin=plugin))
+    CaptionLitModule.configure_gradient_clipping(
+        module, opt, gradient_clip_val=0.01, gradient_clip_algorithm="norm"
+    )
+    torch.testing.assert_close(w.grad, torch.full((4,), 0.005))  # 3 / 6 · 0.01 per entry
+    plugin.scaler.step(opt)
+    torch.testing.assert_close(w.detach(), torch.full((4,), -0.005))
