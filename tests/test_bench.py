@@ -49,3 +49,18 @@ def test_bench_script_quick_run_writes_its_table(tmp_path):
     assert reference["identical"] is True
     assert all(r["seconds"] > 0 for r in rows)
     assert "| decoder | what |" in result.stdout
+
+
+def test_bench_bf16_path_runs_and_pairs_the_reference(tmp_path):
+    """--bf16 (the GPU setting) through autocast on CPU: the deferred weight gradient, the fused
+    optimizer and decoding all run in bf16, and the soft step is still timed against its reference."""
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, str(REPO / "scripts" / "bench.py"), "--quick", "--bf16", "--decoders", "soft",
+           "--repeats", "3", "--json", str(out)]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = {r["what"]: r for r in json.loads(out.read_text())["rows"]}
+    assert json.loads(out.read_text())["args"]["bf16"] is True
+    paired = rows["train step (reference, paired with ours)"]
+    assert paired["speed-up"] > 0 and rows["train step (ours)"]["tokens/s"] > 0
+    assert rows["decode beam 5 (per-image reference)"]["identical"] is True
