@@ -322,8 +322,7 @@ def main() -> None:
     device = torch.device(args.device)
     # The roofline in the dtype autocast gives the matmuls; on a CPU without bf16 units (AVX2 here) a
     # 2048² bf16 matmul takes ~55 s, so there --bf16 is only a smoke test and the fp32 peak is kept.
-    bf16_units = args.bf16 and device.type == "cuda"
-    matmul_dtype = torch.bfloat16 if bf16_units else torch.float32
+    matmul_dtype = torch.bfloat16 if args.bf16 and device.type == "cuda" else torch.float32
     args.peak = matmul_peak(device, matmul_dtype)
     print(
         f"device {device}, threads {torch.get_num_threads()}, measured {str(matmul_dtype)[6:]} matmul peak "

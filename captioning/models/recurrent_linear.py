@@ -6,8 +6,9 @@ g_t W (needed at once: it flows on to step t-1) *and* the weight gradient g_tᵀ
 ∂L/∂W = Σ_t g_tᵀ x_t = Gᵀ X with G, X the (T·B, ·) stacks of every step, one well-shaped GEMM. So each
 step's backward here computes only g_t W and records (x_t, g_t); the weight's single shared node runs
 after every step's backward (autograd runs a node only once all its consumers are done) and computes
-Gᵀ X. For the LSTM's recurrent gates at the paper's sizes this takes ~100 ms off a ~1 s training step
-(scripts/bench.py). The x_t recorded are the tensors autograd would have saved anyway.
+Gᵀ X. For the LSTM's recurrent gates at the paper's sizes (scripts/bench.py) the profile of a ~1 s
+training step went from 75 ms of rank-32 updates + 28 ms of accumulation to one 46 ms GEMM. The x_t
+recorded are the tensors autograd would have saved anyway.
 """
 
 from __future__ import annotations
