@@ -197,12 +197,13 @@ def bench_decoder(name: str, args, device: torch.device, rows: list[dict]) -> No
 
     def measure_train_step(label: str) -> None:
         decoder.train()
-        with PeakMemory(device) as mem:
+        with PeakMemory(device) as mem:  # ours alone: the reference's tensors must not count
             sec = timed(lambda: train_step(decoder), repeats=args.repeats, device=device)
         if reference is None:
             train_row(label, sec, **{"peak MB": mem.peak_mb})
             return
-        # Ours and the reference alternately, the speed-up the median of the pairs' ratios.
+        # Timed again, alternating with the reference (the time above only went with the memory):
+        # the speed-up is the median of the pairs' ratios.
         sec, sec_ref, ratio = timed_pairs(
             lambda: train_step(decoder), lambda: train_step(reference), args.repeats, device
         )
