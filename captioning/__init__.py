@@ -1,17 +1,36 @@
-"""Show, Attend and Tell (Xu et al., 2015) image captioning."""
+"""Show, Attend and Tell (Xu et al., 2015) image captioning.
 
-import os
+    from captioning import Captioner
+    model = Captioner.from_checkpoint("model.ckpt", device="auto")
+    print(model.caption("photo.jpg", num_beams=3)[0].caption)
 
-# GNU OpenMP threads spin while waiting for each other. When another process holds a core (a shared
-# 2-core machine, a data-loader worker), every small matmul then waits a full scheduler slice: we
-# measured a training step at 10 s with 2 threads vs 0.45 s with passive waiting. Must be set before
-# torch starts OpenMP, hence here; an explicit user setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+Importing the package changes nothing in the process (no environment variables, no resolvers) and
+imports nothing heavy: the names below load on first use, and the entry points apply their process
+settings themselves (``captioning.cli.runtime``).
+"""
 
-from omegaconf import OmegaConf  # noqa: E402
+from __future__ import annotations
 
-# ${sum:a,b} in configs: an LSTM's attention layer reads feature_dim + position_dim channels per location.
-if not OmegaConf.has_resolver("sum"):
-    OmegaConf.register_new_resolver("sum", lambda *xs: sum(xs))
+import importlib
+from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+_EXPORTS = {
+    "Captioner": "captioning.inference.captioner",
+    "CaptionResult": "captioning.inference.captioner",
+    "GenerationConfig": "captioning.decoding.config",
+    "CheckpointError": "captioning.checkpoints.load",
+    "export_checkpoint": "captioning.checkpoints.export",
+}
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'captioning' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

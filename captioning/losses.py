@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -30,7 +29,7 @@ def doubly_stochastic(alphas: Tensor, token_mask: Tensor) -> Tensor:
     return ((1.0 - coverage) ** 2).sum(-1)  # (B,)
 
 
-def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder, alpha_c: float = 1.0) -> LossTerms:
+def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder) -> LossTerms:
     """``targets`` (B, T) are the next tokens, <pad> where the caption has ended.
 
     When the decoder drew K samples per caption (logits with B·K rows, a caption's copies adjacent),
@@ -50,10 +49,7 @@ def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder, alpha
         output.logits.reshape(b * t, v).float(), targets.reshape(b * t), reduction="none"
     ).view(b, t)  # (B·T, V) vs (B·T,) -> (B, T); rows, not (B, V, T): softmax over contiguous memory
     xent = -(token_logp * token_mask).sum() / token_mask.sum().clamp_min(1.0)
+    alpha_c = decoder.alpha_c  # the decoder's own weight: eq. 14 is a term of its attention
     reg = alpha_c * doubly_stochastic(output.alphas, token_mask).mean() if alpha_c else xent.new_zeros(())
     aux, logs = decoder.auxiliary_loss(output, token_logp.detach(), token_mask)
     return LossTerms(loss=xent + reg + aux, xent=xent, attention_reg=reg, logs=logs)
-
-
-def perplexity(xent: Tensor) -> Tensor:
-    return torch.exp(xent.clamp_max(50.0))

@@ -23,7 +23,7 @@ from captioning.decoding import beam_search, greedy
 from captioning.models.decoders.transformer import TransformerDecoder
 
 CONFIG = Path(__file__).resolve().parents[1] / "conf" / "model" / "decoder" / "transformer.yaml"
-NO_END = -1  # an id no token has: decoding always runs to max_length
+NO_END = -1  # an id no token has: decoding always runs to max_new_tokens
 
 
 def build(vocab_size: int, feature_dim: int) -> TransformerDecoder:
@@ -34,9 +34,9 @@ def build(vocab_size: int, feature_dim: int) -> TransformerDecoder:
 
 def decode(decoder: TransformerDecoder, features: torch.Tensor, beam: int, length: int) -> None:
     if beam == 1:
-        greedy(decoder, features, max_length=length, end_id=NO_END)
+        greedy(decoder, features, max_new_tokens=length, end_id=NO_END)
     else:
-        beam_search(decoder, features, beam_size=beam, max_length=length, end_id=NO_END)
+        beam_search(decoder, features, num_beams=beam, max_new_tokens=length, end_id=NO_END)
 
 
 def captions_per_second(decoder, features, beam: int, length: int, repeats: int, bf16: bool) -> float:

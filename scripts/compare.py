@@ -5,11 +5,11 @@
     python scripts/compare.py --experiments flickr8k_soft,flickr8k_hard_reinforce,flickr8k_hard_gumbel \\
         --out-dir outputs/compare/flickr8k                                         # cached features, ~1 h per run
 
-Every run is ``captioning.train.train`` called in-process on the composed train config (the same code
+Every run is ``captioning.training.train.train`` called in-process on the composed train config (the same code
 path as ``captioning-train``), one after the other like Hydra's basic multirun launcher. In-process
 rather than ``captioning-train -m`` as a subprocess: the checkpoint, wall time and config of each run
 are known exactly, with no parsing of a sweep's stdout. Each run is then scored by
-``captioning.evaluation`` (the code behind ``captioning evaluate``) and leaves
+``captioning.inference.evaluation`` (the code behind ``captioning evaluate``) and leaves
 ``OUT/runs/<label>-seed<k>/`` (checkpoints, results.json, scores.json, run.json). A run whose run.json
 exists is not trained again, so an interrupted comparison resumes where it stopped.
 
@@ -38,10 +38,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
 
-from captioning.evaluation import build_source, compose_config, evaluate_checkpoint, write_evaluation  # noqa: E402
+from captioning.cli.runtime import configure_process  # noqa: E402
+from captioning.inference.evaluation import build_source, evaluate_checkpoint, write_evaluation  # noqa: E402
 from captioning.metrics.coco import METRICS  # noqa: E402
-from captioning.runtime import keep_freed_memory  # noqa: E402
-from captioning.train import train  # noqa: E402
+from captioning.training.config import compose_config  # noqa: E402
+from captioning.training.train import train  # noqa: E402
 
 MIN_SEEDS = 3  # the issue asks for >= 3 seeds so that a std means something
 COLUMNS = {  # row key -> column title
@@ -52,6 +53,8 @@ COLUMNS = {  # row key -> column title
     "METEOR": "METEOR",
     "ROUGE_L": "ROUGE-L",
     "CIDEr": "CIDEr-D",
+    "objects": "objects right",
+    "extra": "extra / image",
     "grounding": "grounding",
 }
 
@@ -81,7 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out-dir", type=Path, default=Path("outputs") / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
     )
     parser.add_argument("--split", default="test", choices=("val", "test"), help="evaluation split")
-    parser.add_argument("--beam", type=int, default=3, help="beam size of the evaluation (default: 3)")
+    parser.add_argument("--num-beams", type=int, default=3, help="beam size of the evaluation (default: 3)")
     parser.add_argument(
         "--tokenizer",
         default="ptb",
@@ -138,7 +141,7 @@ def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dic
         checkpoint,
         build_source(cfg.data, args.split),
         data_name=f"{choices['data']}/{args.split}",
-        beam_size=args.beam,
+        decoding={"num_beams": args.num_beams},
         tokenizer=args.tokenizer,
         metrics=args.metrics,
         cache_dir=cfg.paths.cache,
@@ -155,6 +158,8 @@ def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dic
         "params": evaluation.params["trainable"],
         **report.scores,
         "grounding": evaluation.grounding["grounding"] if evaluation.grounding else None,
+        "objects": evaluation.objects["object_accuracy"] if evaluation.objects else None,
+        "extra": evaluation.objects["extra_per_image"] if evaluation.objects else None,
         "skipped": report.skipped,
         "num_images": report.num_images,
         "decoding": evaluation.decoding,
@@ -167,7 +172,7 @@ def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dic
 def _worker_threads(threads: int) -> None:
     import torch
 
-    keep_freed_memory()
+    configure_process()
     torch.set_num_threads(threads)
 
 
@@ -214,13 +219,15 @@ def markdown(rows: list[dict], summary: dict, args: argparse.Namespace) -> str:
         "# Decoder comparison",
         "",
         f"{len(rows)} runs: {len(summary)} configurations x seeds {args.seeds}; evaluated on "
-        f"{first['num_images']} images of the {args.split} split, beam {first['decoding']['beam_size']}, "
-        f"max length {first['decoding']['max_length']}, {first['tokenizer']} tokenizer. Scores are "
+        f"{first['num_images']} images of the {args.split} split, beam {first['decoding']['num_beams']}, "
+        f"max new tokens {first['decoding']['max_new_tokens']}, {first['tokenizer']} tokenizer. Scores are "
         "pycocoevalcap's on the 0-1 scale (papers print x100); mean ± sample std over seeds.",
     ]
     if "grounding" in columns:
         lines.append(
-            "grounding: fraction of generated object words whose attention peak is inside the named object."
+            "grounding: fraction of generated object words whose attention peak is inside the named object. "
+            "objects right: fraction of scene objects named with size, colour, shape and position all right "
+            "(order-free); extra / image: named objects the scene does not have."
         )
     if first["skipped"]:
         lines.append("Not computed: " + "; ".join(f"{m}: {why}" for m, why in first["skipped"].items()))
@@ -274,13 +281,13 @@ def bar_chart(summary: dict, columns: list[str], path: Path, title: str) -> None
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    keep_freed_memory()  # as captioning-train does (captioning/runtime.py)
+    configure_process()  # as captioning-train does (captioning/cli/runtime.py)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     rows = run_all(args)
     summary = summarise(rows, [label for label, _ in args.runs])
     (args.out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     (args.out_dir / "comparison.md").write_text(markdown(rows, summary, args))
-    title = f"{args.split} split, beam {args.beam}, {len(args.seeds)} seeds per configuration"
+    title = f"{args.split} split, beam {args.num_beams}, {len(args.seeds)} seeds per configuration"
     bar_chart(summary, present_columns(rows), args.out_dir / "comparison.png", title)
     print((args.out_dir / "comparison.md").read_text())
     print(

@@ -5,18 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts OpenMP: see captioning/__init__.py
-os.environ.setdefault("WANDB_MODE", "offline")
+from captioning.cli.runtime import configure_process
+
+configure_process()  # as the entry points do, before torch is imported (captioning/cli/runtime.py)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from captioning.runtime import keep_freed_memory  # noqa: E402
-
 torch.set_num_threads(2)
-keep_freed_memory()  # as the entry points do (captioning/runtime.py)
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -25,28 +23,8 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 DECODERS = sorted(p.stem for p in (CONF / "model" / "decoder").glob("*.yaml"))
 ATTENTIONS = sorted(p.stem for p in (CONF / "model" / "decoder" / "attention").glob("*.yaml"))
 
-# Small enough that a Lightning run of a few steps takes seconds on 2 CPU cores.
-TINY_DATA = [
-    "data.train.num_images=24",
-    "data.val.num_images=8",
-    "data.test.num_images=8",
-    "data.batch_size=8",
-    "data.eval_batch_size=8",
-]
-TINY_DECODER = [
-    "model.decoder.embed_dim=16",
-    "model.decoder.hidden_dim=16",
-    "model.max_length=6",
-    "logger=[]",
-    "~callbacks.lr_monitor",
-]
-TINY = [
-    *TINY_DATA,
-    "model.encoder.out_dim=16",
-    "model.encoder.width=8",
-    "model.encoder.grid_size=3",
-    *TINY_DECODER,
-]
+# conf/debug/tiny.yaml: small enough that a Lightning run of a few steps takes seconds on 2 CPU cores.
+TINY = ["debug=tiny"]
 
 
 def compose_train(overrides: list[str], tmp_path: Path | None = None):

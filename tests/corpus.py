@@ -10,15 +10,13 @@ import struct
 import zlib
 from pathlib import Path
 
-import hydra
 import numpy as np
 import torch
-from omegaconf import OmegaConf, open_dict
 from PIL import Image
 
 from captioning.data.vocab import SPECIALS, Vocab
-from captioning.lit_module import CaptionLitModule
-from captioning.train import net_config
+from captioning.training.build import build_model
+from captioning.training.lit_module import CaptionLitModule
 
 from conftest import TINY, compose_train
 
@@ -105,14 +103,10 @@ def write_bad_images(folder: Path) -> dict[str, tuple[Path, str]]:
 
 
 def build_module(words: list[str], extra: list[str] | None = None) -> CaptionLitModule:
-    """A freshly initialised CaptionLitModule from the composed TINY config, built as in captioning.train."""
+    """A freshly initialised CaptionLitModule from the composed TINY config, built as in captioning.training.train."""
     cfg = compose_train([*TINY, *(extra or [])])
-    with open_dict(cfg):
-        cfg.model.decoder.vocab_size = len(SPECIALS) + len(words)
-    vocab = Vocab([*SPECIALS, *words])
-    net_yaml = OmegaConf.to_yaml(net_config(cfg), resolve=True)
     torch.manual_seed(0)
-    return hydra.utils.instantiate(cfg.model, vocab=vocab.to_dict(), net_config=net_yaml, _convert_="all")
+    return build_model(cfg.model, Vocab([*SPECIALS, *words]))
 
 
 def checkpoint_dict(module: CaptionLitModule) -> dict:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import hydra
 import torch
-from omegaconf import open_dict
 
-from captioning.train import net_config
+from captioning.training.build import build_net as build_net_from_config
 
 from conftest import TINY, compose_train
 
 
 def build_net(decoder: str = "soft", vocab_size: int = 12, extra: list[str] | None = None, seed: int = 0):
     cfg = compose_train([f"model/decoder={decoder}", *TINY, *(extra or [])])
-    with open_dict(cfg):
-        cfg.model.decoder.vocab_size = vocab_size
     torch.manual_seed(seed)
-    return hydra.utils.instantiate(net_config(cfg))
+    return build_net_from_config(cfg.model, vocab_size)
 
 
 def random_batch(net, batch: int = 3, steps: int = 5, vocab_size: int = 12, seed: int = 0):

@@ -57,13 +57,13 @@ def test_lstm_with_each_attention_steps_like_teacher_forcing_and_trains(name):
     features, tokens = random_batch(net, batch=3, steps=6, vocab_size=V)
     net.train()
     inputs, targets = shift_inputs(tokens)
-    caption_loss(net.decoder(features, inputs), targets, net.decoder, alpha_c=1.0).loss.backward()
+    caption_loss(net.decoder(features, inputs), targets, net.decoder).loss.backward()
     grads = [p.grad for p in net.decoder.attention.parameters()]
     assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)  # the scores learn
     net.eval()
     with torch.no_grad():
         full = net.decoder(features, tokens)
         assert_step_matches_forward(net.decoder, features, tokens, full)
-    g = greedy(net.decoder, features, max_length=6)
-    b = beam_search(net.decoder, features, beam_size=1, max_length=6)
+    g = greedy(net.decoder, features, max_new_tokens=6)
+    b = beam_search(net.decoder, features, num_beams=1, max_new_tokens=6)
     assert torch.equal(g.tokens, b.tokens)

@@ -19,7 +19,7 @@ from PIL import Image
 from captioning.data.images import ImageError
 from captioning.data.readers import DatasetError
 from captioning.data.sources import SyntheticSource
-from captioning.train import train
+from captioning.training.train import train
 
 from conftest import TINY, compose_train
 from corpus import RED
@@ -114,7 +114,7 @@ def no_data_no_training(monkeypatch):
     ("override", "fragments"),
     [
         ("model.decoder.feature_dim=32", ("encoder gives 16-dim features", "feature_dim=32")),
-        ("model.beam_size=0", ("beam_size must be >= 1, got 0",)),
+        ("model.decoding.num_beams=0", ("model.decoding", "num_beams=0: expected an integer in [1, 64]")),
     ],
 )
 def test_bad_model_config_fails_at_start_up(override, fragments, tmp_path, no_data_no_training) -> None:

@@ -210,5 +210,5 @@ def test_caption_cli_captions_every_good_file_and_reports_every_bad_one(bad, tmp
 def test_caption_cli_refuses_beam_zero(tmp_path: Path, capsys) -> None:
     image = tmp_path / "scene.png"
     Image.fromarray(render_scene((5, 0)).image).save(image)
-    code = main(["caption", str(image), "--checkpoint", str(tmp_path / "unused.ckpt"), "--beam", "0"])
-    assert code == 2 and "--beam must be >= 1, got 0" in capsys.readouterr().err
+    code = main(["caption", str(image), "--checkpoint", str(tmp_path / "unused.ckpt"), "--num-beams", "0"])
+    assert code == 2 and "num_beams=0: expected an integer in [1, 64]" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from captioning.bench.reference import ReferenceSoftLSTM, per_image_beam_search
+from captioning.benchmarks.reference import ReferenceSoftLSTM, per_image_beam_search
 from captioning.decoding import beam_search
 
 from conftest import REPO
@@ -28,7 +28,7 @@ def test_reference_lstm_is_the_same_function():
 def test_per_image_reference_beam_search_gives_identical_captions():
     net = build_net("soft", V, seed=4).eval()
     features, _ = random_batch(net, batch=4, vocab_size=V, seed=2)
-    batched = beam_search(net.decoder, features, beam_size=3, max_length=7)
+    batched = beam_search(net.decoder, features, num_beams=3, max_new_tokens=7)
     for i, single in enumerate(per_image_beam_search(ReferenceSoftLSTM(net.decoder), features, 3, 7)):
         n = single.tokens.shape[1]
         assert torch.equal(batched.tokens[i, :n], single.tokens[0])

@@ -8,7 +8,7 @@ from PIL import Image
 
 from captioning.cli.main import main
 from captioning.data.synthetic import render_scene
-from captioning.train import train
+from captioning.training.train import train
 
 from conftest import TINY, compose_train
 
@@ -36,7 +36,7 @@ def test_caption_json_shapes(tiny_checkpoint, scene_files, capsys):
     assert len(lines) == 2
     for line, path in zip(lines, scene_files):
         obj = json.loads(line)
-        assert set(obj) == {"image", "caption", "tokens", "grid", "attention", "score"}
+        assert set(obj) == {"image", "caption", "tokens", "grid", "attention", "token_log_probs", "score"}
         assert obj["image"] == str(path) and obj["grid"] == [3, 3]
         assert obj["caption"] == " ".join(obj["tokens"])
         assert "<start>" not in obj["tokens"] and "<end>" not in obj["tokens"]
@@ -54,9 +54,9 @@ def test_caption_beam_and_overlay(tiny_checkpoint, scene_files, tmp_path, capsys
             str(scene_files[0]),
             "--checkpoint",
             tiny_checkpoint,
-            "--beam",
+            "--num-beams",
             "3",
-            "--max-length",
+            "--max-new-tokens",
             "4",
             "--overlay",
             str(overlay),

@@ -52,7 +52,7 @@ def test_compare_tabulates_mean_and_std_over_seeds(tmp_path, capsys):
     for r in runs:
         run_dir = out / "runs" / f"{r['label']}-seed{r['seed']}"
         scores = json.loads((run_dir / "scores.json").read_text())
-        assert scores["scores"]["CIDEr"] == r["CIDEr"] and scores["decoding"]["beam_size"] == 3
+        assert scores["scores"]["CIDEr"] == r["CIDEr"] and scores["decoding"]["num_beams"] == 3
         assert len(json.loads((run_dir / "results.json").read_text())) == 8  # data.test.num_images
         assert r["train_seconds"] > 0 and r["params"] > 0
         assert r["grounding"] is not None  # synthetic scenes (NaN when no object word was generated)

@@ -19,14 +19,15 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DistributedSampler
 
-from captioning.checkpoint import load_captioner
+from captioning.checkpoints.load import load_captioner
 from captioning.decoding import generate
-from captioning.inference import caption_images
-from captioning.lit_module import CaptionLitModule
+from captioning.inference.captioner import Captioner
 from captioning.losses import caption_loss
 from captioning.metrics.coco import score_captions
 from captioning.models.decoders.base import shift_inputs
-from captioning.train import net_config, train
+from captioning.training.build import build_net
+from captioning.training.lit_module import CaptionLitModule
+from captioning.training.train import train
 
 from conftest import DECODERS, TINY, compose_train
 
@@ -81,7 +82,7 @@ def validate_one_process(checkpoint, cfg) -> dict[str, float]:
 def test_ddp_from_the_hydra_entry_point_scores_the_whole_split_once(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "captioning.train", *DDP, *RUN, f"hydra.run.dir={run_dir}"]
+    cmd = [sys.executable, "-m", "captioning.training.train", *DDP, *RUN, f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-4000:]
@@ -98,9 +99,7 @@ def test_ddp_from_the_hydra_entry_point_scores_the_whole_split_once(tmp_path):
     model = load_captioner(checkpoint)
     dm = hydra.utils.instantiate(cfg.data)
     val = dm.sources["val"]
-    captions = caption_images(
-        model, [val.image(i) for i in range(len(val))], [str(i) for i in range(len(val))]
-    )
+    captions = Captioner(model).caption([val.image(i) for i in range(len(val))])
     hyps = {i: c.caption for i, c in enumerate(captions)}
     refs = {i: list(val.captions(i)) for i in range(len(val))}
     direct = score_captions(refs, hyps, metrics=METRICS, tokenizer="simple")
@@ -133,14 +132,14 @@ def test_bf16_autocast_step_and_decoding_on_cpu(decoder):
     torch.manual_seed(0)
     cfg = compose_train([f"model/decoder={decoder}", *TINY, "model.decoder.vocab_size=12", "trainer=gpu"])
     trainer = hydra.utils.instantiate(cfg.trainer, accelerator="cpu", logger=False, enable_progress_bar=False)
-    net = hydra.utils.instantiate(net_config(cfg))
+    net = build_net(cfg.model, 12)
     tokens = torch.tensor([[1, 4, 5, 6, 2, 0], [1, 7, 8, 2, 0, 0]])  # (B, T+1) <start> .. <end> <pad>
     inputs, targets = shift_inputs(tokens)
     with trainer.precision_plugin.forward_context():
         output = net(torch.rand(2, 3, 96, 96), inputs)
-        terms = caption_loss(output, targets, net.decoder, alpha_c=1.0)
+        terms = caption_loss(output, targets, net.decoder)
         net.eval()
-        generated = generate(net.decoder, net.encode(torch.rand(2, 3, 96, 96)), beam_size=2, max_length=5)
+        generated = generate(net.decoder, net.encode(torch.rand(2, 3, 96, 96)), num_beams=2, max_new_tokens=5)
     assert output.logits.dtype == torch.bfloat16  # autocast really ran in bf16
     assert torch.isfinite(terms.loss)
     terms.loss.backward()

@@ -25,7 +25,7 @@ def test_forward_shapes_and_finite_gradients(decoder):
     assert out.logits.shape == (3, 5, V)
     assert out.attention.shape == (3, 5, L) and out.alphas.shape == (3, 5, L)
     torch.testing.assert_close(out.alphas.sum(-1), torch.ones(3, 5))
-    terms = caption_loss(out, targets, net.decoder, alpha_c=1.0)
+    terms = caption_loss(out, targets, net.decoder)
     terms.loss.backward()
     grads = [p.grad for p in net.decoder.parameters() if p.requires_grad]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
@@ -51,12 +51,13 @@ def test_doubly_stochastic_regulariser_is_eq_14():
 
 def test_padding_does_not_change_the_loss():
     net = build_net("soft", V).eval()
+    net.decoder.alpha_c = 0.0  # the cross-entropy alone
     features, tokens = random_batch(net, batch=1, steps=5, vocab_size=V)
     inputs, targets = shift_inputs(tokens)
     padded_in = torch.cat([inputs, torch.zeros(1, 3, dtype=torch.long)], 1)
     padded_tg = torch.cat([targets, torch.zeros(1, 3, dtype=torch.long)], 1)
-    a = caption_loss(net.decoder(features, inputs), targets, net.decoder, alpha_c=0.0)
-    b = caption_loss(net.decoder(features, padded_in), padded_tg, net.decoder, alpha_c=0.0)
+    a = caption_loss(net.decoder(features, inputs), targets, net.decoder)
+    b = caption_loss(net.decoder(features, padded_in), padded_tg, net.decoder)
     torch.testing.assert_close(a.xent, b.xent)
 
 
@@ -86,10 +87,10 @@ def test_compiled_step_computes_the_same_gradients_and_captions(decoder):
 
     def run():
         net.zero_grad(set_to_none=True)
-        caption_loss(net.decoder(features, inputs), targets, net.decoder, alpha_c=1.0).loss.backward()
+        caption_loss(net.decoder(features, inputs), targets, net.decoder).loss.backward()
         grads = {n: p.grad.clone() for n, p in net.decoder.named_parameters() if p.grad is not None}
         with torch.no_grad():
-            return grads, greedy(net.decoder, features, max_length=7).tokens
+            return grads, greedy(net.decoder, features, max_new_tokens=7).tokens
 
     eager_grads, eager_tokens = run()
     net.decoder.compile_step()

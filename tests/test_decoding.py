@@ -28,8 +28,8 @@ def sequence_log_prob(decoder, features, tokens):
 def test_beam_of_one_equals_greedy(decoder):
     net = build_net(decoder, V, seed=1).eval()
     features, _ = random_batch(net, batch=4, vocab_size=V)
-    g = greedy(net.decoder, features, max_length=8)
-    b = beam_search(net.decoder, features, beam_size=1, max_length=8)
+    g = greedy(net.decoder, features, max_new_tokens=8)
+    b = beam_search(net.decoder, features, num_beams=1, max_new_tokens=8)
     assert torch.equal(g.tokens, b.tokens)
     torch.testing.assert_close(g.log_prob, b.log_prob)
     torch.testing.assert_close(g.attention, b.attention)
@@ -39,8 +39,8 @@ def test_beam_of_one_equals_greedy(decoder):
 def test_beam_finds_at_least_greedy_log_prob_and_scores_are_exact(decoder, extra):
     net = build_net(decoder, V, extra=extra, seed=2).eval()
     features, _ = random_batch(net, batch=6, vocab_size=V, seed=3)
-    g = greedy(net.decoder, features, max_length=8)
-    b = beam_search(net.decoder, features, beam_size=4, max_length=8)
+    g = greedy(net.decoder, features, max_new_tokens=8)
+    b = beam_search(net.decoder, features, num_beams=4, max_new_tokens=8)
     if not extra:  # not a theorem (a pruned greedy prefix can win), but holds for these seeds and decoders
         assert torch.all(b.log_prob >= g.log_prob - 1e-5)
     with torch.no_grad():  # the reported log-probabilities are those of the returned sequences
@@ -56,16 +56,16 @@ def test_beam_finds_at_least_greedy_log_prob_and_scores_are_exact(decoder, extra
 def test_batched_beam_equals_one_image_at_a_time(decoder, extra):
     net = build_net(decoder, V, extra=extra, seed=4).eval()
     features, _ = random_batch(net, batch=5, vocab_size=V, seed=5)
-    batched = beam_search(net.decoder, features, beam_size=3, max_length=8)
+    batched = beam_search(net.decoder, features, num_beams=3, max_new_tokens=8)
     for i in range(5):
-        single = beam_search(net.decoder, features[i : i + 1], beam_size=3, max_length=8)
+        single = beam_search(net.decoder, features[i : i + 1], num_beams=3, max_new_tokens=8)
         n = single.tokens.shape[1]
         assert torch.equal(batched.tokens[i, :n], single.tokens[0])
         torch.testing.assert_close(batched.log_prob[i], single.log_prob[0])
 
 
 class NeverEnds(Decoder):
-    """A decoder whose best word is never <end>: decoding must stop at max_length."""
+    """A decoder whose best word is never <end>: decoding must stop at max_new_tokens."""
 
     vocab_size, feature_dim = 6, 2
 
@@ -84,9 +84,9 @@ class NeverEnds(Decoder):
 def test_decoding_terminates_when_end_is_never_emitted(beam):
     features = torch.zeros(2, 1, 2)
     out = (
-        beam_search(NeverEnds(), features, beam_size=beam, max_length=7)
+        beam_search(NeverEnds(), features, num_beams=beam, max_new_tokens=7)
         if beam > 1
-        else greedy(NeverEnds(), features, max_length=7)
+        else greedy(NeverEnds(), features, max_new_tokens=7)
     )
     assert out.tokens.shape == (2, 7) and torch.all(out.lengths == 7)
     assert torch.all(out.tokens[:, 0] == 4)
@@ -95,15 +95,15 @@ def test_decoding_terminates_when_end_is_never_emitted(beam):
 def test_length_penalty_prefers_longer_finished_captions():
     net = build_net("soft", V, seed=6).eval()
     features, _ = random_batch(net, batch=6, vocab_size=V, seed=7)
-    plain = beam_search(net.decoder, features, beam_size=4, max_length=8, length_penalty=0.0)
-    normed = beam_search(net.decoder, features, beam_size=4, max_length=8, length_penalty=1.0)
+    plain = beam_search(net.decoder, features, num_beams=4, max_new_tokens=8, length_penalty=0.0)
+    normed = beam_search(net.decoder, features, num_beams=4, max_new_tokens=8, length_penalty=1.0)
     assert torch.all(normed.lengths >= plain.lengths)
     torch.testing.assert_close(normed.score, normed.log_prob / normed.lengths.float())
 
 
-def test_beam_size_zero_is_rejected():
-    with pytest.raises(ValueError, match="beam_size"):
-        beam_search(NeverEnds(), torch.zeros(1, 1, 2), beam_size=0)
+def test_zero_beams_are_rejected():
+    with pytest.raises(ValueError, match="num_beams=0"):
+        beam_search(NeverEnds(), torch.zeros(1, 1, 2), num_beams=0)
 
 
 @pytest.mark.parametrize(("decoder", "extra"), VARIANTS, ids=VARIANT_IDS)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from PIL import Image
 
-from captioning.checkpoint import load_captioner
+from captioning.checkpoints.load import load_captioner
 from captioning.data.synthetic import render_scene
-from captioning.inference import caption_images
-from captioning.train import train
+from captioning.inference.captioner import Captioner
+from captioning.training.train import train
 
 from conftest import TINY, compose_train
 
@@ -27,11 +27,11 @@ def _run(out: Path, seed: int) -> dict:
         rows = list(csv.DictReader(f))
     model = load_captioner(best)
     scenes = [Image.fromarray(render_scene((7, i)).image) for i in range(6)]
-    captions = caption_images(model, scenes, [str(i) for i in range(6)], beam_size=2)
+    captions = Captioner(model).caption(scenes, num_beams=2)
     return {
         "rows": rows,
         "weights": model.net.state_dict(),
-        "captions": [(c.caption, c.score, c.attention) for c in captions],
+        "captions": [(c.caption, c.score, c.attention.tolist()) for c in captions],
     }
 
 

@@ -1,4 +1,4 @@
-"""`captioning evaluate` and captioning.evaluation on a tiny checkpoint trained for one epoch."""
+"""`captioning evaluate` and captioning.inference.evaluation on a tiny checkpoint trained for one epoch."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from captioning.checkpoint import load_captioner
+from captioning.checkpoints.load import load_captioner
 from captioning.cli.main import main
 from captioning.data.sources import SyntheticSource
-from captioning.evaluation import Decoded, evaluate_checkpoint, synthetic_grounding
-from captioning.inference import caption_images
+from captioning.inference.captioner import Captioner
+from captioning.inference.evaluation import Decoded, evaluate_checkpoint, synthetic_grounding
 from captioning.metrics.coco import load_results, score_captions
-from captioning.train import train
+from captioning.training.train import train
 
 from conftest import TINY, compose_train
 
@@ -42,7 +42,7 @@ def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, t
 
     scores = json.loads((out / "scores.json").read_text())
     assert scores["scale"] == "0-1" and scores["tokenizer"] == "ptb" and scores["num_images"] == 8
-    assert scores["decoding"]["beam_size"] == 3  # conf/eval.yaml's default
+    assert scores["decoding"]["num_beams"] == 3  # conf/eval.yaml's default
     assert set(TOOLKIT) <= set(scores["scores"])
     assert "SPICE" in scores["scores"] or "SPICE" in scores["skipped"]
     assert all(0.0 <= scores["scores"][m] <= 1.0 for m in TOOLKIT if m != "CIDEr")
@@ -55,7 +55,7 @@ def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, t
     grounding = scores["grounding"]
     assert set(grounding) == {"grounding", "words", "unmatched"}
     assert grounding["words"] == 0 or 0.0 <= grounding["grounding"] <= 1.0
-    assert "beam_size=3" in printed and "0-1 scale" in printed and "SPICE" in printed
+    assert "num_beams=3" in printed and "0-1 scale" in printed and "SPICE" in printed
     assert "attention grounding" in printed and "NLTK corpus_bleu" in printed
 
 
@@ -63,15 +63,20 @@ def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, t
 def test_evaluation_decodes_exactly_like_the_caption_command(tiny_checkpoint, beam):
     source = SyntheticSource(6, seed=0, split="test")
     evaluation = evaluate_checkpoint(
-        tiny_checkpoint, source, beam_size=beam, tokenizer="simple", metrics=("Bleu_4", "CIDEr"), batch_size=4
+        tiny_checkpoint,
+        source,
+        decoding={"num_beams": beam},
+        tokenizer="simple",
+        metrics=("Bleu_4", "CIDEr"),
+        batch_size=4,
     )
     model = load_captioner(tiny_checkpoint)
     images = [source.image(i) for i in range(6)]
-    expected = caption_images(model, images, [str(i) for i in range(6)], beam_size=beam)
+    expected = Captioner(model).caption(images, num_beams=beam)
     assert evaluation.decoded.captions == [c.caption for c in expected]
     for attention, caption in zip(evaluation.decoded.attention, expected):
-        np.testing.assert_allclose(attention, np.asarray(caption.attention), atol=1e-6)
-    assert evaluation.decoding == {**model.decoding, "beam_size": beam}
+        np.testing.assert_allclose(attention, caption.attention.reshape(len(caption.tokens), -1), atol=1e-6)
+    assert evaluation.decoding == {**model.decoding, "num_beams": beam}
     hypotheses = dict(zip(evaluation.decoded.image_ids, evaluation.decoded.captions))
     references = {i: list(source.captions(i)) for i in range(6)}
     assert evaluation.report.scores == pytest.approx(

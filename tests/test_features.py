@@ -8,18 +8,19 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.checkpoint import load_captioner
-from captioning.data.datamodule import image_to_tensor
+from captioning.checkpoints.load import load_captioner
 from captioning.data.features import FeatureCache
+from captioning.data.images import image_to_tensor
 from captioning.data.readers import read_flickr8k
 from captioning.data.sources import RecordSource, SyntheticSource
-from captioning.evaluation import compose_config, decode_source
-from captioning.inference import caption_images
+from captioning.inference.captioner import Captioner
+from captioning.inference.evaluation import decode_source
 from captioning.models.encoders import EfficientNetLite0Encoder, SmallCNN
-from captioning.preflight import check_model_config
-from captioning.train import train
+from captioning.training.config import compose_config
+from captioning.training.preflight import check_model_config
+from captioning.training.train import train
 
-from conftest import CONF, SHARED_DATA, TINY_DATA, TINY_DECODER
+from conftest import CONF, SHARED_DATA
 from helpers import build_net
 
 FLICKR8K_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("flickr8k_*.yaml"))
@@ -154,23 +155,11 @@ def test_flickr8k_experiments_use_cached_lite0_stride16_features(experiment):
     if experiment != "flickr8k_cached":  # the experiment's own sizes land on the decoder
         assert cfg.model.decoder.embed_dim == 256
     if experiment.startswith("flickr8k_hard"):
-        assert cfg.model.alpha_c == 0.0  # eq. 14 would pull hard attention towards uniform
+        assert cfg.model.decoder.alpha_c == 0.0  # eq. 14 would pull hard attention towards uniform
     check_model_config(cfg)  # every key is a constructor argument: the model builds from it
 
 
-TINY_CACHED = [
-    "experiment=flickr8k_cached",  # its feature cache and frozen Lite0, on tiny synthetic data
-    "data=synthetic",
-    *TINY_DATA,
-    "data.image_size=64",
-    "data.min_word_count=1",
-    "data.feature_cache.progress=false",
-    "model.encoder.grid_size=3",
-    *TINY_DECODER,
-    "trainer.max_epochs=1",
-    "trainer.limit_train_batches=3",
-    "trainer.enable_progress_bar=false",
-]
+TINY_CACHED = ["experiment=flickr8k_cached", "debug=tiny_cached"]  # frozen Lite0 + cache, tiny scenes
 
 
 def test_trained_on_cached_features_the_checkpoint_captions_raw_images(tmp_path):
@@ -183,14 +172,13 @@ def test_trained_on_cached_features_the_checkpoint_captions_raw_images(tmp_path)
     assert len(index["images"]) == 24 + 8  # the train and val scenes training read
     calls = count_images(model.net.encoder)
     source = SyntheticSource(8, seed=0, split="val")
-    from_cache = decode_source(model, source, {"beam_size": 1, "max_length": 6}, feature_cache=cache)
+    from_cache = decode_source(model, source, {"num_beams": 1, "max_new_tokens": 6}, feature_cache=cache)
     assert calls == []  # the checkpoint's encoder is the one that made the cache: same key, nothing new
-    names = [str(i) for i in range(len(source))]
-    from_pixels = caption_images(model, [source.image(i) for i in range(len(source))], names, beam_size=1)
+    from_pixels = Captioner(model).caption([source.image(i) for i in range(len(source))], num_beams=1)
     assert sum(calls) == 8
     assert from_cache.captions == [c.caption for c in from_pixels]
     for cached_att, live in zip(from_cache.attention, from_pixels):
-        np.testing.assert_allclose(cached_att, np.asarray(live.attention), atol=1e-2)
+        np.testing.assert_allclose(cached_att, live.attention.reshape(len(live.tokens), -1), atol=1e-2)
 
 
 def test_training_refuses_a_cache_made_by_a_different_encoder(tmp_path):

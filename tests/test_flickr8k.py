@@ -2,7 +2,7 @@
 
 import pytest
 
-from captioning.train import train
+from captioning.training.train import train
 
 from conftest import SHARED_DATA, compose_train
 
@@ -24,7 +24,7 @@ def test_a_few_training_batches_on_flickr8k_with_the_pretrained_encoder(tmp_path
             "data.eval_batch_size=8",
             "data.num_workers=0",
             "data.min_word_count=2",
-            "model.max_length=8",
+            "model.decoding.max_new_tokens=8",
             "trainer.limit_train_batches=3",
             "trainer.max_epochs=1",
             "trainer.limit_val_batches=1",

@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from captioning.callbacks import AttentionGradNorm
 from captioning.cli.main import main
 from captioning.data.synthetic import render_scene
 from captioning.losses import caption_loss
@@ -22,7 +21,8 @@ from captioning.models.attention.estimators import (
 )
 from captioning.models.attention.hard import GumbelHardAttention, ReinforceHardAttention
 from captioning.models.decoders.base import shift_inputs
-from captioning.train import train
+from captioning.training.callbacks.grad_norm import AttentionGradNorm
+from captioning.training.train import train
 
 from conftest import TINY, compose_train
 from helpers import build_net, random_batch
@@ -147,10 +147,12 @@ def test_semi_sampling_coin_is_per_batch_and_selects_soft_or_hard_context():
     torch.manual_seed(0)
     features, query = torch.randn(3, 7, 5), torch.randn(3, 4)
     soft = reinforce(semi_sampling_p=1.0)
+    soft.start_training_batch()  # the training loop's per-batch hook flips the coin
     out = soft(query, features, soft.precompute(features))
     torch.testing.assert_close(out.weights, out.alphas)
     torch.testing.assert_close(out.context, torch.einsum("bl,bld->bd", out.alphas, features))
     hard = reinforce(semi_sampling_p=0.0)
+    hard.start_training_batch()
     out = hard(query, features, hard.precompute(features))
     index = out.weights.argmax(-1)
     assert torch.equal(out.weights.sum(-1), torch.ones(3)) and torch.equal(
@@ -161,8 +163,12 @@ def test_semi_sampling_coin_is_per_batch_and_selects_soft_or_hard_context():
     half = reinforce(semi_sampling_p=0.5)
     flips = []
     for _ in range(400):
-        half.precompute(features[:1, :1])
+        half.start_training_batch()
         flips.append(half.sample_this_batch)
+    coin = half.sample_this_batch
+    for _ in range(20):  # neither precompute nor forward flips it: only the explicit hook does
+        half(query, features, half.precompute(features))
+    assert half.sample_this_batch == coin
     assert 0.4 < sum(flips) / len(flips) < 0.6  # 4 standard deviations of Binomial(400, 0.5) / 400
 
 
@@ -209,13 +215,15 @@ def test_gumbel_straight_through_is_one_hot_forward_and_relaxed_backward():
     assert all(g.abs().sum() > 0 for g in grads)
 
 
-def test_gumbel_temperature_schedule_advances_only_in_training_and_is_checkpointed():
+def test_gumbel_temperature_schedule_advances_per_training_batch_and_is_checkpointed():
     layer = GumbelHardAttention(5, 4, 6, tau_start=2.0, tau_min=0.5, tau_decay=0.1).train()
     args = (torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2), torch.ones(2, 3))
+    assert layer.tau == pytest.approx(2.0)  # the first batch trains with τ_0
     for _ in range(5):
+        layer.start_training_batch()  # the training loop's per-batch hook
         _, logs = layer.auxiliary_loss(*args)
     assert layer.step == 5 and logs["tau"] == pytest.approx(2.0 * math.exp(-0.4))  # τ of the 5th update
-    assert layer.tau == pytest.approx(2.0 * math.exp(-0.5))
+    layer.auxiliary_loss(*args)  # a loss does not move the clock
     layer.eval()
     layer.auxiliary_loss(*args)
     assert layer.step == 5
@@ -237,7 +245,7 @@ def test_multi_sample_decoding_repeats_each_caption_in_training_only():
     out = net.decoder(features, inputs)
     assert out.logits.shape == (6, 4, 12) and out.aux["location_log_prob"].shape == (6, 4)
     torch.testing.assert_close(out.alphas[0:3, 0], out.alphas[0:1, 0].expand(3, -1))  # same caption, same α_1
-    terms = caption_loss(out, targets, net.decoder, alpha_c=1.0)
+    terms = caption_loss(out, targets, net.decoder)
     assert torch.isfinite(terms.loss) and {"reward_mean", "baseline", "attention_entropy"} <= set(terms.logs)
     assert net.eval().decoder(features, inputs).logits.shape == (2, 4, 12)
 
@@ -273,7 +281,7 @@ def test_caption_cli_draws_one_hot_attention_from_a_hard_checkpoint(decoder, tmp
     image = tmp_path / "scene.png"
     Image.fromarray(render_scene((99, 0)).image).save(image)
     capsys.readouterr()  # drop the training run's progress output
-    assert main(["caption", str(image), "--checkpoint", ckpt, "--beam", "2", "--json"]) == 0
+    assert main(["caption", str(image), "--checkpoint", ckpt, "--num-beams", "2", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["tokens"] and len(obj["attention"]) == len(obj["tokens"])
     for row in obj["attention"]:

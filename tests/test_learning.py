@@ -8,10 +8,10 @@ import pytest
 import torch
 from PIL import Image
 
-from captioning.checkpoint import load_captioner
-from captioning.inference import caption_images
+from captioning.checkpoints.load import load_captioner
+from captioning.inference.captioner import Captioner
 from captioning.metrics.coco import score_captions
-from captioning.train import train
+from captioning.training.train import train
 
 from alt_renderer import references, render
 from conftest import compose_train
@@ -53,7 +53,7 @@ def test_generalises_to_another_renderer(trained):
     scenes = [render(rng) for _ in range(60)]
     images = [Image.fromarray(img) for img, _ in scenes]
     with torch.no_grad():
-        caps = caption_images(model, images, [str(i) for i in range(len(images))], beam_size=1)
+        caps = Captioner(model).caption(images, num_beams=1)
     hyps = {i: c.caption for i, c in enumerate(caps)}
     refs = {i: references(objects) for i, (_, objects) in enumerate(scenes)}
     scores = score_captions(refs, hyps, metrics=("Bleu_4",), tokenizer="simple")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pycocoevalcap.spice import get_stanford_models as spice_models
 
-from captioning.cli.score import add_parser
+from captioning.cli.score import add_parser, run
 from captioning.data.tokenize import tokenize
 from captioning.metrics import coco
 from captioning.metrics.coco import (
@@ -62,7 +62,7 @@ def cli_demo(tmp_path_factory):
     args = parser.parse_args(argv)
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        rc = args.func(args)
+        rc = run(args)
     return rc, json.loads(out.read_text()), stdout.getvalue()
 
 
@@ -263,5 +263,5 @@ def test_cli_reports_a_missing_results_file_with_exit_status_2(tmp_path, capsys)
     missing = tmp_path / "missing.json"
     args = parser.parse_args(["score", str(missing), "--references", str(_write_coco(tmp_path, REFS))])
     assert (args.tokenizer, args.metrics, args.out) == ("ptb", list(METRICS), None)  # the CLI defaults
-    assert args.func(args) == 2
+    assert run(args) == 2
     assert capsys.readouterr().err == f"captioning score: error: results file {missing} does not exist\n"

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from captioning.guards import FiniteLossGuard, NonFiniteLossError
-from captioning.lit_module import CaptionLitModule
-from captioning.train import train
+from captioning.training.callbacks.finite_loss import FiniteLossGuard, NonFiniteLossError
+from captioning.training.lit_module import CaptionLitModule
+from captioning.training.train import train
 
 from conftest import TINY, compose_train
 

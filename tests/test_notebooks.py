@@ -10,10 +10,10 @@ import pytest
 from nbclient import NotebookClient
 from PIL import Image
 
-from captioning.checkpoint import load_captioner
+from captioning.checkpoints.load import load_captioner
 from captioning.data.synthetic import render_scene
-from captioning.inference import caption_images
-from captioning.train import train
+from captioning.inference.captioner import Captioner
+from captioning.training.train import train
 
 from conftest import REPO, TINY, compose_train
 
@@ -77,16 +77,17 @@ def test_attention_walkthrough(checkpoints, tmp_path, monkeypatch):
     # The notebook's captions are the CLI path's captions of the same scenes (beam 3).
     soft = load_captioner(checkpoints["soft"])
     images = [Image.fromarray(render_scene((2015, 7, i)).image) for i in range(3)]
-    expected = caption_images(soft, images, [f"scene {i}" for i in range(3)], beam_size=3)
+    expected = Captioner(soft).caption(images, num_beams=3)
     lines = stdout(tagged(nb, "captions")).splitlines()
-    assert [line.split("\t")[:2] for line in lines] == [[c.image, c.caption] for c in expected]
+    names = [f"scene {i}" for i in range(3)]
+    assert [line.split("\t")[:2] for line in lines] == [[n, c.caption] for n, c in zip(names, expected)]
 
     # Figures: the scenes, one overlay per scene, then soft and hard overlays of the first scene.
     assert count_pngs(nb) == 1 + 3 + 2
     comparison = stdout(tagged(nb, "soft_vs_hard")).splitlines()
     assert [line.split(":")[0] for line in comparison] == ["soft", "hard"]
     hard = load_captioner(checkpoints["hard_gumbel"])
-    (hard_caption,) = caption_images(hard, images[:1], ["scene 0"], beam_size=3)
+    (hard_caption,) = Captioner(hard).caption(images[:1], num_beams=3)
     if hard_caption.tokens:  # one-hot rows: zero entropy (an empty caption has no rows to measure)
         assert "mean attention entropy 0.000 nats" in comparison[1]
     assert repr(hard_caption.caption) in comparison[1]

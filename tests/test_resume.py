@@ -16,12 +16,12 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from captioning import checkpoint_io
-from captioning.checkpoint_io import AtomicCheckpointIO, atomic_torch_save
+from captioning.checkpoints import save as checkpoint_io
+from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.checkpoints.save import AtomicCheckpointIO, atomic_torch_save
 from captioning.data.sources import SyntheticSource
-from captioning.lit_module import CHECKPOINT_KEY
-from captioning.resume import ResumeError, check_resume_matches, resolve_ckpt_path
-from captioning.train import train
+from captioning.training.resume import ResumeError, check_resume_matches, resolve_ckpt_path
+from captioning.training.train import train
 
 from conftest import REPO, TINY, compose_train
 from corpus import build_module, checkpoint_dict, write_checkpoint
@@ -156,8 +156,8 @@ class ResumeProbe(pl.Callback):
 
 
 def _kill_once_checkpointed(run_dir: Path, timeout_s: float = 240.0) -> None:
-    """Start ``python -m captioning.train``, SIGKILL it as soon as its first last.ckpt exists."""
-    command = [sys.executable, "-m", "captioning.train", *RUN, f"hydra.run.dir={run_dir}"]
+    """Start ``python -m captioning.training.train``, SIGKILL it as soon as its first last.ckpt exists."""
+    command = [sys.executable, "-m", "captioning.training.train", *RUN, f"hydra.run.dir={run_dir}"]
     command.append("trainer.enable_progress_bar=false")
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     log = (run_dir.parent / "killed_run.log").open("wb")

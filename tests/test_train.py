@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from captioning.checkpoint import load_captioner
-from captioning.train import train
+from captioning.checkpoints.load import load_captioner
+from captioning.training.train import train
 
 from conftest import DECODERS, TINY, compose_train
 
@@ -26,7 +26,7 @@ def test_short_training_writes_a_self_contained_checkpoint(tmp_path):
     assert raw["epoch"] == 0 or raw["epoch"] == 1
     model = load_captioner(best)
     assert len(model.vocab) == cfg.model.decoder.vocab_size
-    assert model.image_size == 96 and model.decoding["max_length"] == 6
+    assert model.image_size == 96 and model.decoding["max_new_tokens"] == 6
     metrics = (tmp_path / "csv").rglob("metrics.csv")
     header = next(iter(metrics)).read_text().splitlines()[0].split(",")
     assert {"train/loss", "val/loss", "val/Bleu_4", "val/CIDEr"} <= set(header)
@@ -69,7 +69,7 @@ def test_fused_clipping_under_a_gradient_scaler_clips_and_applies_the_true_gradi
 
     from pytorch_lightning.plugins.precision import MixedPrecision
 
-    from captioning.lit_module import CaptionLitModule
+    from captioning.training.lit_module import CaptionLitModule
 
     w = torch.nn.Parameter(torch.zeros(4))
     opt = torch.optim.SGD([w], lr=1.0, fused=True)  # update = -gradient: shows what the step applied

@@ -120,13 +120,13 @@ def test_beam_search_with_the_cache_equals_beam_search_without():
     cached, full = decoder(use_cache=True, seed=3), decoder(use_cache=False, seed=3)
     features = grid(batch=4, seed=4)
     for k in (1, 3):
-        a = beam_search(cached, features, beam_size=k, max_length=9)
-        b = beam_search(full, features, beam_size=k, max_length=9)
+        a = beam_search(cached, features, num_beams=k, max_new_tokens=9)
+        b = beam_search(full, features, num_beams=k, max_new_tokens=9)
         assert torch.equal(a.tokens, b.tokens)
         torch.testing.assert_close(a.log_prob, b.log_prob, atol=1e-5, rtol=0)
         torch.testing.assert_close(a.attention, b.attention, atol=1e-5, rtol=0)
     assert torch.equal(
-        greedy(cached, features, max_length=9).tokens, greedy(full, features, max_length=9).tokens
+        greedy(cached, features, max_new_tokens=9).tokens, greedy(full, features, max_new_tokens=9).tokens
     )
 
 

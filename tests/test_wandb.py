@@ -17,13 +17,14 @@ import wandb
 from PIL import Image
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
-from captioning.checkpoint import load_captioner
-from captioning.data.datamodule import image_to_tensor
+from captioning.checkpoints.load import load_captioner
+from captioning.data.images import image_to_tensor
 from captioning.data.sources import SyntheticSource
-from captioning.inference import caption_images
-from captioning.train import instantiate_dict, net_config, train
-from captioning.viz import upsample_attention
-from captioning.wandb_table import COLUMNS, Example, WandbAttentionTable, caption_examples
+from captioning.inference.captioner import Captioner
+from captioning.inference.viz import upsample_attention
+from captioning.training.build import build_net
+from captioning.training.callbacks.wandb_table import COLUMNS, Example, WandbAttentionTable, caption_examples
+from captioning.training.train import instantiate_dict, train
 
 from conftest import REPO, TINY, compose_train
 
@@ -110,7 +111,7 @@ def test_offline_wandb_run_holds_metrics_config_table_and_overlays(wandb_home):
 
     # The composed config (not only the module's hyperparameters) is the run's config.
     config = config_keys(records)
-    assert config["data"]["val"]["num_images"] == 8 and config["model"]["max_length"] == 6
+    assert config["data"]["val"]["num_images"] == 8 and config["model"]["decoding"]["max_new_tokens"] == 6
     assert config["logger"]["wandb"]["mode"] == "offline"
 
     # Metrics: the same validation scores as the CSV logger wrote, once per epoch.
@@ -135,9 +136,7 @@ def test_offline_wandb_run_holds_metrics_config_table_and_overlays(wandb_home):
 
     # The last table's captions are what `captioning caption` says with the checkpoint saved after it.
     model = load_captioner(wandb_home / "checkpoints" / "last.ckpt")
-    cli = caption_images(
-        model, [val.image(i) for i in range(NUM_IMAGES)], [str(i) for i in range(NUM_IMAGES)]
-    )
+    cli = Captioner(model).caption([val.image(i) for i in range(NUM_IMAGES)])
     assert [r[2] for r in contents[-1]["data"]] == [c.caption for c in cli]
 
     # The overlays as plain media files in the run directory: NUM_IMAGES per validation, real pictures.
@@ -162,7 +161,7 @@ def test_logger_configs_compose_into_one_mapping(tmp_path):
 
 
 def test_wandb_mode_defaults_to_offline_but_respects_the_user():
-    code = "import os, captioning.train; print(os.environ['WANDB_MODE'])"
+    code = "import os, captioning.training.train; print(os.environ['WANDB_MODE'])"
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
     # Both interpreters at once: each spends its time importing Lightning.
     procs = {
@@ -191,15 +190,16 @@ def test_table_callback_is_inert_without_a_wandb_logger(tmp_path):
 
 
 def test_hard_attention_overlay_marks_the_selected_cell(tmp_path):
-    import hydra
 
-    from captioning.lit_module import CaptionLitModule
+    from captioning.training.lit_module import CaptionLitModule
 
     torch.manual_seed(0)
     cfg = compose_train(["model/decoder=hard_gumbel", *TINY, "model.decoder.vocab_size=12"])
-    net = hydra.utils.instantiate(net_config(cfg)).eval()
+    net = build_net(cfg.model, 12).eval()
     vocab = {"itos": ["<pad>", "<start>", "<end>", "<unk>", *(f"w{i}" for i in range(8))]}
-    module = CaptionLitModule(encoder=net.encoder, decoder=net.decoder, vocab=vocab, max_length=4).eval()
+    module = CaptionLitModule(
+        encoder=net.encoder, decoder=net.decoder, vocab=vocab, decoding={"max_new_tokens": 4}
+    ).eval()
     val = SyntheticSource(2, seed=0, split="val")
     examples = [Example(i, image_to_tensor(val.image(i), 96), []) for i in range(2)]
     captioned = caption_examples(module, examples)

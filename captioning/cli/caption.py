@@ -1,63 +1,139 @@
-"""``captioning caption IMAGE [IMAGE ...] --checkpoint CKPT [--beam K] [--overlay OUT.png] [--json]``.
+"""``captioning caption IMAGE|FOLDER|GLOB ... --checkpoint CKPT [--num-beams K] [--overlay OUT.png] [--json]``.
 
 Captions every readable image; each unreadable one is reported on stderr with its path and the reason,
-and the exit status is then 1 (after the good images have been captioned)."""
+and the exit status is then 1 (after the good images have been captioned and printed). Images are read
+per batch and released after it, so memory stays bounded for any number of photos. Decoding options
+are HF ``generate``'s (``captioning.decoding.config``); unset ones are the checkpoint's."""
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import sys
 from pathlib import Path
 
-from captioning.checkpoint import CheckpointError, load_captioner
-from captioning.data.images import ImageError, load_rgb
-from captioning.inference import caption_images, overlay_paths
-from captioning.viz import save_attention_figure
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
+GLOB_CHARS = set("*?[")
 
-BATCH = 32
+
+def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
+    """One flag per HF ``generate`` option (unset: the checkpoint's), shared by the CLIs."""
+    g = p.add_argument_group("decoding (HF generate names; default: the checkpoint's)")
+    g.add_argument("--num-beams", type=int, default=None, help="beams per image (1 = greedy)")
+    g.add_argument("--num-return-sequences", type=int, default=None, help="n-best list / samples per image")
+    g.add_argument("--do-sample", action="store_true", default=None, help="sample instead of searching")
+    g.add_argument("--temperature", type=float, default=None)
+    g.add_argument("--top-k", type=int, default=None, help="sample among the k most likely words (0 = all)")
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass (1.0 = off)")
+    g.add_argument("--length-penalty", type=float, default=None, help="score = log p / length**penalty")
+    g.add_argument("--no-repeat-ngram-size", type=int, default=None, help="block repeated n-grams (0 = off)")
+    g.add_argument("--repetition-penalty", type=float, default=None, help="CTRL penalty (1.0 = off)")
+    g.add_argument("--max-new-tokens", type=int, default=None, help="the most tokens generated")
+    g.add_argument(
+        "--seed", type=int, default=None, help="seed for sampling (the same seed, the same captions)"
+    )
+
+
+DECODING_FLAGS = ("num_beams", "num_return_sequences", "do_sample", "temperature", "top_k", "top_p",
+                  "length_penalty", "no_repeat_ngram_size", "repetition_penalty", "max_new_tokens")  # fmt: skip
+
+
+def decoding_options(args: argparse.Namespace) -> dict:
+    return {name: getattr(args, name) for name in DECODING_FLAGS if getattr(args, name) is not None}
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("caption", help="caption images with a trained checkpoint")
-    p.add_argument("images", nargs="+", type=Path, help="image files (JPEG, PNG, ...)")
-    p.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt written by captioning-train")
-    p.add_argument("--beam", type=int, default=1, help="beam size (1 = greedy)")
-    p.add_argument("--max-length", type=int, default=None, help="maximum words (default: the checkpoint's)")
+    p = subparsers.add_parser("caption", help="caption images with a trained checkpoint", description=__doc__)
+    p.add_argument("images", nargs="+", help="image files, folders (their images) or quoted globs")
+    p.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt or an exported .safetensors")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--batch-size", type=int, default=16, help="images decoded at once (default: 16)")
     p.add_argument("--overlay", type=Path, default=None, help="write per-word attention overlays to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object per image")
+    add_decoding_arguments(p)
+
+
+def expand_inputs(items: list[str]) -> list[Path]:
+    """Files as given; folders as their image files (sorted); globs expanded (sorted). A folder or glob
+    that matches nothing is kept as given, so that it is reported as an error."""
+    out: list[Path] = []
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            out += found or [path]
+        elif GLOB_CHARS & set(item) and not path.exists():
+            out += [Path(p) for p in sorted(glob.glob(item))] or [path]
+        else:
+            out.append(path)
+    return out
+
+
+def overlay_paths(out: Path, names: list[str]) -> list[Path]:
+    """One overlay path per image: OUT.png itself for one image, OUT-<i>-<stem>.png for several."""
+    if len(names) == 1:
+        return [out]
+    return [
+        out.with_name(f"{out.stem}-{i:02d}-{Path(n).stem}{out.suffix or '.png'}") for i, n in enumerate(names)
+    ]
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.beam < 1:
-        print(f"error: --beam must be >= 1, got {args.beam}", file=sys.stderr)
+    from captioning.checkpoints.load import CheckpointError
+    from captioning.data.images import ImageError, load_rgb
+    from captioning.decoding.config import check_option
+    from captioning.inference.captioner import Captioner
+
+    err = lambda message: print(f"error: {message}", file=sys.stderr)  # noqa: E731
+    if args.batch_size < 1:
+        err(f"--batch-size must be >= 1, got {args.batch_size}")
         return 2
+    options = decoding_options(args)
     try:
-        model = load_captioner(args.checkpoint)
-    except CheckpointError as err:
-        print(f"error: {err}", file=sys.stderr)
+        for name, value in options.items():
+            check_option(name, value)  # each flag alone, before the checkpoint is read
+        model = Captioner.from_checkpoint(args.checkpoint, device=args.device)
+        model.generation_config(**options)  # with the checkpoint's defaults, before any image is read
+    except (CheckpointError, ValueError) as e:
+        err(e)
         return 2
-    good, names, failures = [], [], 0
-    for path in args.images:
-        try:
-            good.append(load_rgb(path))
-            names.append(str(path))
-        except ImageError as err:
-            print(f"error: {err}", file=sys.stderr)
-            failures += 1
-    captions = []
-    for start in range(0, len(good), BATCH):
-        captions += caption_images(
-            model, good[start : start + BATCH], names[start : start + BATCH], args.beam, args.max_length
+    paths = expand_inputs(args.images)
+    overlays = overlay_paths(args.overlay, [str(p) for p in paths]) if args.overlay else []
+    failures = {"images": 0, "overlays": 0}
+
+    def readable():  # streamed: each image is read when its batch is decoded, then released
+        for i, path in enumerate(paths):
+            try:
+                yield i, load_rgb(path)
+            except ImageError as e:
+                err(e)
+                failures["images"] += 1
+
+    stream = readable()
+    while True:
+        batch = [item for _, item in zip(range(args.batch_size), stream)]
+        if not batch:
+            break
+        results = model.caption(
+            [image for _, image in batch], batch_size=args.batch_size, seed=args.seed, **options
         )
-    paths = overlay_paths(args.overlay, names) if args.overlay and names else []
-    for i, cap in enumerate(captions):
-        if paths:
-            save_attention_figure(paths[i], good[i], cap.tokens, cap.attention, cap.grid)
-        if args.json:
-            print(json.dumps(cap.to_json()), flush=True)
-        else:
-            print(f"{cap.image}\t{cap.caption}" + (f"\t(overlay: {paths[i]})" if paths else ""), flush=True)
-    if failures:
-        print(f"{failures} of {len(args.images)} images could not be read", file=sys.stderr)
-    return 1 if failures else 0
+        for (i, image), result in zip(batch, results):
+            result.image = str(paths[i])
+            if args.json:
+                print(json.dumps(result.to_json()), flush=True)
+            else:
+                extra = f"\t(overlay: {overlays[i]})" if overlays else ""
+                print(f"{result.image}\t{result.caption}{extra}", flush=True)
+            if overlays:  # after the caption is printed: an unwritable path loses nothing
+                try:
+                    result.overlay(image, overlays[i])
+                except OSError as e:
+                    err(f"{overlays[i]}: cannot write the overlay: {e.strerror or e}")
+                    failures["overlays"] += 1
+        del batch, results
+    if failures["overlays"]:
+        print(f"{failures['overlays']} overlays could not be written", file=sys.stderr)
+    if failures["images"]:
+        print(f"{failures['images']} of {len(paths)} images could not be read", file=sys.stderr)
+    return 1 if any(failures.values()) else 0

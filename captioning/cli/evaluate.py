@@ -1,4 +1,4 @@
-"""``captioning evaluate --checkpoint CKPT [--out-dir DIR] [data=flickr8k] [split=test] [decoding.beam_size=5] ...``
+"""``captioning evaluate --checkpoint CKPT [--out-dir DIR] [data=flickr8k] [split=test] [decoding.num_beams=5] ...``
 
 Decodes a split with a trained checkpoint, writes the COCO results file and a scores JSON, and prints
 BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (0-1 scale) with the decoding settings, SPICE
@@ -12,20 +12,22 @@ import argparse
 import sys
 from pathlib import Path
 
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
 
-from captioning.checkpoint import CheckpointError
+def user_errors() -> tuple[type[BaseException], ...]:
+    """What a wrong checkpoint, data path or override raises: reported in one line, exit status 2."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
-# What a wrong checkpoint, data path or override raises: reported in one line, exit status 2.
-USER_ERRORS = (
-    CheckpointError,
-    FileNotFoundError,
-    ValueError,
-    RuntimeError,
-    HydraException,
-    OmegaConfBaseException,
-)
+    from captioning.checkpoints.load import CheckpointError
+
+    return (
+        CheckpointError,
+        FileNotFoundError,
+        ValueError,
+        RuntimeError,
+        HydraException,
+        OmegaConfBaseException,
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -35,32 +37,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt written by captioning-train")
+    parser.add_argument(
+        "--checkpoint", required=True, type=Path, help="a .ckpt of captioning-train or a .safetensors export"
+    )
     parser.add_argument(
         "--out-dir",
         type=Path,
         default=None,
-        help="where results.json and scores.json go (default: <checkpoint stem>-eval/<data>-<split>-beam<K> "
-        "next to the checkpoint)",
+        help="where results.json and scores.json go (default: "
+        "outputs/evaluate/<checkpoint stem>/<data>-<split>-beam<K>)",
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/eval.yaml, e.g. data=flickr8k")
-    parser.set_defaults(func=run)
     return parser
 
 
-def default_out_dir(checkpoint: Path, data: str, split: str, beam_size: int) -> Path:
-    return checkpoint.parent / f"{checkpoint.stem}-eval" / f"{data}-{split}-beam{beam_size}"
+def default_out_dir(checkpoint: Path, data: str, split: str, num_beams: int) -> Path:
+    """Under outputs/ (never beside the checkpoint, which may be read-only or shared)."""
+    return Path("outputs") / "evaluate" / checkpoint.stem / f"{data}-{split}-beam{num_beams}"
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so `captioning caption` and `captioning score` do not pay for Hydra composition.
-    from captioning.evaluation import (
+    from omegaconf import OmegaConf
+
+    from captioning.inference.evaluation import (
         build_source,
-        compose_config,
         evaluate_checkpoint,
         format_evaluation,
         write_evaluation,
     )
+    from captioning.training.config import compose_config
 
     try:
         cfg, choices = compose_config("eval", list(args.overrides))
@@ -70,19 +76,17 @@ def run(args: argparse.Namespace) -> int:
             args.checkpoint,
             source,
             data_name=f"{data_name}/{cfg.split}",
-            beam_size=cfg.decoding.beam_size,
-            max_length=cfg.decoding.max_length,
-            length_penalty=cfg.decoding.length_penalty,
+            decoding=OmegaConf.to_container(cfg.decoding),
             tokenizer=cfg.tokenizer,
             batch_size=cfg.batch_size,
             cache_dir=cfg.paths.cache if cfg.feature_cache else None,
             device=cfg.device,
         )
-    except USER_ERRORS as err:
+    except user_errors() as err:
         print(f"captioning evaluate: error: {err}", file=sys.stderr)
         return 2
     out_dir = args.out_dir or default_out_dir(
-        args.checkpoint, data_name, cfg.split, evaluation.decoding["beam_size"]
+        args.checkpoint, data_name, cfg.split, evaluation.decoding["num_beams"]
     )
     results_path, scores_path = write_evaluation(evaluation, out_dir)
     print(format_evaluation(evaluation, results_path))

@@ -1,21 +1,26 @@
-"""``captioning`` command: sub-commands caption, evaluate, score."""
+"""``captioning`` command: sub-commands caption, evaluate, score, export.
+
+Only argparse and the sub-command modules (which import nothing heavy at module level) load before a
+command runs, so ``captioning --help`` answers at once; torch, Lightning and Hydra load in ``run``."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-os.environ.setdefault("WANDB_MODE", "offline")
+from captioning.cli.runtime import configure_process
 
-from captioning.cli import caption, evaluate, score  # noqa: E402
-from captioning.runtime import keep_freed_memory  # noqa: E402
+configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE offline unless set
 
-SUBCOMMANDS = {"caption": caption, "evaluate": evaluate, "score": score}
+from captioning import __version__  # noqa: E402
+from captioning.cli import caption, evaluate, export, score  # noqa: E402
+
+SUBCOMMANDS = {"caption": caption, "evaluate": evaluate, "score": score, "export": export}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="captioning", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"captioning {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS.values():
         module.add_parser(subparsers)
@@ -24,7 +29,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    keep_freed_memory()  # captioning/runtime.py
     return SUBCOMMANDS[args.command].run(args)
 
 

@@ -11,18 +11,11 @@ import json
 import sys
 from pathlib import Path
 
-from captioning.metrics.coco import (
-    METRICS,
-    TOKENIZERS,
-    EvalReport,
-    evaluate_results,
-    load_coco_references,
-    load_results,
-)
+from captioning.metrics.names import METRICS, TOKENIZERS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the ``score`` sub-command (its handler is also set as ``func``)."""
+    """Register the ``score`` sub-command."""
     parser = subparsers.add_parser(
         "score",
         help="BLEU/METEOR/ROUGE-L/CIDEr/SPICE of a COCO results file (0-1 scale)",
@@ -43,30 +36,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("--metrics", nargs="+", choices=METRICS, default=list(METRICS), metavar="METRIC")
     parser.add_argument("--out", type=Path, default=None, help="also write the scores to this JSON file")
-    parser.set_defaults(func=run)
     return parser
-
-
-def format_report(report: EvalReport, results: Path, references: Path) -> str:
-    """The human-readable table printed by ``captioning score``."""
-    lines = [
-        f"{results} vs {references}: {report.num_images} images, tokenizer={report.tokenizer}",
-        "metric      score (0-1 scale)",
-    ]
-    lines += [f"{name:<10}  {value:.4f}" for name, value in report.scores.items()]
-    if report.skipped:
-        lines.append("skipped:")
-        lines += [f"  {name:<8}  {reason}" for name, reason in report.skipped.items()]
-    lines.append("NLTK corpus_bleu cross-check on the same tokens (0-1 scale):")
-    for name, value in report.nltk_bleu.items():
-        toolkit = report.scores.get(name)
-        diff = f"  (pycocoevalcap {toolkit:.4f}, diff {value - toolkit:+.1e})" if toolkit is not None else ""
-        lines.append(f"  {name:<8}  {value:.4f}{diff}")
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     """Score ``args.results``; print the table, write ``args.out`` if given. Returns the exit status."""
+    from captioning.metrics.coco import evaluate_results, load_coco_references, load_results
+    from captioning.metrics.report import format_report
+
     try:
         references = load_coco_references(args.references)
         results = load_results(args.results, references)

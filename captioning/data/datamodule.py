@@ -4,7 +4,7 @@ Training samples are (image, one caption) pairs, so every reference is seen once
 and test samples are images with all their references (the metrics need every reference).
 Images leave the data module as float tensors in [0, 1]; the encoder applies its own normalisation.
 With a ``feature_cache`` (frozen encoders only) the ``images`` entry of a batch holds the cached grid
-features (B, L, D) instead, which ``Captioner.encode`` passes through.
+features (B, L, D) instead, which ``CaptionModel.encode`` passes through.
 """
 
 from __future__ import annotations
@@ -18,21 +18,14 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
-from torchvision.transforms import functional as TF
 
+from captioning.data.images import image_to_tensor
 from captioning.data.sources import CaptionSource
 from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
 
 if TYPE_CHECKING:
     from captioning.data.features import FeatureCache
-
-
-def image_to_tensor(image, image_size: int) -> Tensor:
-    """PIL RGB -> (3, S, S) float in [0, 1], resized (not cropped) so nothing the caption names is cut."""
-    if image.size != (image_size, image_size):
-        image = image.resize((image_size, image_size), resample=3)  # bicubic
-    return TF.pil_to_tensor(image).float().div_(255.0)  # (3, S, S)
 
 
 @dataclass

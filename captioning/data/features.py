@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from captioning.data.datamodule import image_to_tensor
+from captioning.data.images import image_to_tensor
 from captioning.data.sources import CaptionSource, RecordSource
 
 FORMAT_VERSION = 1  # bump when the layout or the way features are computed changes
@@ -166,8 +166,6 @@ class FeatureCache:
         chunk_id = len(index["chunks"])
         name = f"chunk-{chunk_id:03d}.npy"
         tmp = directory / f"{name}.partial"
-        mean = torch.tensor(self.encoder.mean, device=self.device).view(1, 3, 1, 1)
-        std = torch.tensor(self.encoder.std, device=self.device).view(1, 3, 1, 1)
         encoder = self.encoder.to(self.device)
         store = None
         bar = tqdm(
@@ -180,8 +178,7 @@ class FeatureCache:
             batch_idx = indices[start : start + self.batch_size]
             images = [image_to_tensor(source.image(i), image_size) for i in batch_idx]
             images = torch.stack(images)  # (B, 3, S, S)
-            # The same normalisation as Captioner.encode, so cached and live grids agree.
-            grid = encoder((images.to(self.device) - mean) / std)  # (B, L, D)
+            grid = encoder.encode(images.to(self.device))  # (B, L, D): CaptionModel.encode's own path
             if store is None:
                 shape = (len(indices), *grid.shape[1:])
                 store = np.lib.format.open_memmap(tmp, mode="w+", dtype=STORAGE_DTYPE, shape=shape)

@@ -10,7 +10,10 @@ import logging
 import struct
 from pathlib import Path
 
+import numpy as np
+import torch
 from PIL import Image, ImageOps
+from torchvision.transforms import functional as TF
 
 _log = logging.getLogger(__name__)
 
@@ -43,8 +46,10 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     path = Path(path)
     if path.is_dir():
         raise ImageError(f"{path}: is a folder, not an image file")
-    if not path.is_file():
+    if not path.exists():
         raise ImageError(f"{path}: no such image file")
+    if not path.is_file():  # a FIFO, a device (/dev/zero), a socket: reading could block or never end
+        raise ImageError(f"{path}: not a regular file (a pipe, device or socket), so not an image file")
     if path.stat().st_size == 0:
         raise ImageError(f"{path}: the file is empty (0 bytes)")
     try:
@@ -54,14 +59,7 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
                     f"{path}: {img.width}×{img.height} pixels is more than the {max_pixels:,} allowed"
                 )
             img.load()  # decode now: a corrupt pixel stream must fail here, not be half-read later
-            img = _upright(img, path)
-            if img.mode in ("I;16", "I;16B", "I;16L", "I"):
-                img = img.point(lambda v: v / 256).convert("L")  # 16-bit -> 8-bit by its top byte
-            if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-                rgba = img.convert("RGBA")
-                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-                img = Image.alpha_composite(background, rgba)  # transparent -> white, not black
-            return img.convert("RGB")
+            return to_rgb(_upright(img, path))
     except ImageError:
         raise
     except Image.DecompressionBombError as err:  # Pillow's own limit, hit while reading some headers
@@ -70,3 +68,46 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
         ) from err
     except _DECODE_ERRORS as err:
         raise ImageError(f"{path}: not a readable image ({type(err).__name__}: {err})") from err
+
+
+def _to_8bit(img: Image.Image) -> Image.Image:
+    """A single-channel image of more than 8 bits (16/32-bit integer, 32-bit float) as 8-bit gray.
+
+    16-bit keeps its top byte. 32-bit data says nothing of its range, so it is read from the values:
+    floats in [0, 1] are scaled by 255, values already in [0, 255] are kept, integers in [0, 65535]
+    keep their top byte (16-bit data), and anything else is stretched from its minimum to its maximum
+    (never silently all black or all white)."""
+    if img.mode.startswith("I;16"):
+        return img.point(lambda v: v / 256).convert("L")
+    values = np.asarray(img, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    if img.mode == "F" and lo >= 0.0 and hi <= 1.0:
+        scaled = values * 255.0
+    elif lo >= 0.0 and hi <= 255.0:
+        scaled = values
+    elif img.mode == "I" and lo >= 0.0 and hi <= 65535.0:  # Pillow opens 16-bit gray PNGs as "I"
+        scaled = np.floor(values / 256.0)
+    else:
+        scaled = (values - lo) / max(hi - lo, 1e-12) * 255.0
+    scaled = np.nan_to_num(scaled, nan=0.0, posinf=255.0, neginf=0.0)
+    return Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), mode="L")
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """Any Pillow image as 8-bit RGB: gray, palette, CMYK converted; >8-bit modes rescaled (``_to_8bit``);
+    transparency composited on white (a transparent background would otherwise turn black)."""
+    if img.mode in ("I", "F") or img.mode.startswith("I;16"):
+        img = _to_8bit(img)
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(background, rgba)  # transparent -> white, not black
+    return img.convert("RGB")
+
+
+def image_to_tensor(image: Image.Image, image_size: int) -> torch.Tensor:
+    """PIL RGB -> (3, S, S) float in [0, 1], resized (not cropped) so nothing the caption names is cut."""
+    if image.size != (image_size, image_size):
+        image = image.resize((image_size, image_size), resample=3)  # bicubic
+    return TF.pil_to_tensor(image).float().div_(255.0)  # (3, S, S)

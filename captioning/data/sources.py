@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 from PIL import Image
 
 from captioning.data.images import load_rgb
@@ -80,8 +79,3 @@ class RecordSource(CaptionSource):
 
     def image_id(self, i: int) -> int | str:
         return self.records[i].image_id
-
-
-def stack_images(source: CaptionSource) -> np.ndarray:
-    """All images of a small in-memory source as one (N, H, W, 3) uint8 array."""
-    return np.stack([np.asarray(source.image(i)) for i in range(len(source))])

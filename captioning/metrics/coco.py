@@ -30,9 +30,8 @@ from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 from pycocotools.coco import COCO
 
 from captioning.data.tokenize import tokenize
+from captioning.metrics.names import METRICS, TOKENIZERS  # noqa: E402  (re-exported)
 
-METRICS = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
-TOKENIZERS = ("ptb", "simple", "none")
 _BLEU = METRICS[:4]
 
 Refs = dict[Hashable, list[str]]  # image id -> tokenised captions joined by spaces

@@ -1,14 +1,13 @@
-"""Captioner = encoder (images -> grid) + decoder (grid -> words)."""
+"""CaptionModel = encoder (images -> grid) + decoder (grid -> words)."""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from captioning.models.decoders.base import Decoder, DecoderOutput
 
 
-class Captioner(nn.Module):
+class CaptionModel(nn.Module):
     def __init__(self, encoder: nn.Module, decoder: Decoder):
         super().__init__()
         if encoder.out_dim != decoder.feature_dim:
@@ -17,9 +16,6 @@ class Captioner(nn.Module):
                 f"feature_dim={decoder.feature_dim}; set model.decoder.feature_dim=${{model.encoder.out_dim}}"
             )
         self.encoder, self.decoder = encoder, decoder
-        # Images arrive in [0, 1]; the normalisation belongs to the encoder's weights.
-        self.register_buffer("mean", torch.tensor(encoder.mean).view(1, 3, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(encoder.std).view(1, 3, 1, 1), persistent=False)
 
     @property
     def grid_size(self) -> int:
@@ -39,7 +35,7 @@ class Captioner(nn.Module):
                     f"(B, {expected[0]}, {expected[1]}) for this encoder's {self.grid_size}x{self.grid_size} grid"
                 )
             return images
-        return self.encoder((images - self.mean) / self.std)  # (B, 3, H, W) -> (B, L, D)
+        return self.encoder.encode(images)  # (B, 3, H, W) in [0, 1] -> (B, L, D), normalised there
 
     def forward(self, images: Tensor, tokens: Tensor) -> DecoderOutput:
         return self.decoder(self.encode(images), tokens)

@@ -49,6 +49,13 @@ class ImageEncoder(nn.Module):
     def trainable(self) -> bool:
         return any(p.requires_grad for p in self.parameters())
 
+    def encode(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) images in [0, 1] -> (B, L, D) grid, normalised with this encoder's own mean/std
+        (they belong to its weights): the one path of the CaptionModel and the feature cache."""
+        mean = images.new_tensor(self.mean).view(1, 3, 1, 1)
+        std = images.new_tensor(self.std).view(1, 3, 1, 1)
+        return self((images - mean) / std)
+
     def _to_grid(self, fmap: Tensor) -> Tensor:
         # Adaptive pooling also *enlarges* a small map (each output cell averages the input cells it
         # overlaps), e.g. ResNet's 7x7 at 224 px to 14x14 as in common Show-Attend-Tell ports.

@@ -136,14 +136,12 @@ class ReinforceHardAttention(HardAttention):
         self.register_buffer("baseline", torch.zeros(()))  # moving average of the sampled reward (per token
         # for "length_scaled")
         self.register_buffer("sampled_batches", torch.zeros((), dtype=torch.long))
-        # The semi-sampling coin of the current batch: flipped by ``precompute``, which the decoder calls
-        # exactly once per batch (per-step calls to ``forward`` cannot tell where a batch starts).
+        # The semi-sampling coin of the current batch, flipped by ``start_training_batch`` (the training
+        # loop's explicit per-batch hook; per-step calls to ``forward`` cannot tell where a batch starts).
         self.sample_this_batch = True
 
-    def precompute(self, features: Tensor) -> Tensor:
-        if self.training:
-            self.sample_this_batch = bool(torch.rand(()) >= self.semi_sampling_p)
-        return super().precompute(features)
+    def start_training_batch(self) -> None:
+        self.sample_this_batch = bool(torch.rand(()) >= self.semi_sampling_p)
 
     def forward(
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
@@ -235,7 +233,11 @@ class GumbelHardAttention(HardAttention):
 
     @property
     def tau(self) -> float:
-        return max(self.tau_min, self.tau_start * math.exp(-self.tau_decay * int(self.step)))
+        """τ of the current training batch (``step`` counts the training batches started, this one included)."""
+        return max(self.tau_min, self.tau_start * math.exp(-self.tau_decay * max(int(self.step) - 1, 0)))
+
+    def start_training_batch(self) -> None:
+        self.step += 1  # the training loop's explicit per-batch hook: τ anneals per training update
 
     def forward(
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
@@ -257,7 +259,7 @@ class GumbelHardAttention(HardAttention):
     def auxiliary_loss(
         self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """No estimator term (gradients flow through the relaxation); optional entropy bonus, τ's clock."""
+        """No estimator term (gradients flow through the relaxation); optional entropy bonus."""
         entropy_mean = per_token_mean(entropy, token_mask)
         logs = {
             "reward_mean": reward.detach().mean(),
@@ -266,5 +268,4 @@ class GumbelHardAttention(HardAttention):
         }
         if not self.training:
             return reward.new_zeros(()), logs
-        self.step += 1  # once per training update: the decoder calls this once per training loss
         return -self.entropy_weight * entropy_mean, logs

@@ -36,6 +36,11 @@ class Decoder(nn.Module):
     static_keys: tuple[str, ...] = ()
     vocab_size: int
     feature_dim: int
+    alpha_c: float = 0.0  # λ of the doubly stochastic attention regulariser (eq. 14); LSTMs set it
+
+    def start_training_batch(self) -> None:
+        """Called once before each training batch (by the LightningModule): advance per-batch state
+        such as a semi-sampling coin or an annealed temperature. Nothing for deterministic decoders."""
 
     def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
         raise NotImplementedError

@@ -28,7 +28,7 @@ class LSTMDecoder(Decoder):
 
     def __init__(
         self,
-        attention: AttentionLayer,
+        attention: AttentionLayer | Callable[..., AttentionLayer],
         vocab_size: int,
         feature_dim: int,
         embed_dim: int = 512,
@@ -36,7 +36,12 @@ class LSTMDecoder(Decoder):
         dropout: float = 0.5,
         gate: bool = True,
         position_dim: int = 32,
+        alpha_c: float = 1.0,
     ):
+        """``attention``: a layer, or (as the configs give it, ``_partial_: true``) a factory that takes
+        ``feature_dim`` and ``query_dim``: the decoder supplies them, so no config repeats them.
+        ``alpha_c``: λ of the doubly stochastic regulariser (eq. 14) on this decoder's attention; hard
+        attention sets 0, since eq. 14 pulls α towards uniform, against a policy that must commit."""
         super().__init__()
         # The attention and the LSTM read each location as [a_i; PE(row_i, col_i)]: a CNN's features are
         # (nearly) translation-equivariant, so a context Σ α_i a_i says *what* was attended but hardly
@@ -45,6 +50,8 @@ class LSTMDecoder(Decoder):
         # backward materialise a (B, L, D) gradient at every step (~30% of a training step).
         self.position_dim = position_dim
         grid_dim = feature_dim + position_dim  # D' = D + P, what the attention layer sees per location
+        if not isinstance(attention, nn.Module):
+            attention = attention(feature_dim=grid_dim, query_dim=hidden_dim)
         if attention.feature_dim != grid_dim or attention.query_dim != hidden_dim:
             raise ValueError(
                 f"attention layer expects features of {attention.feature_dim} and queries of "
@@ -52,6 +59,9 @@ class LSTMDecoder(Decoder):
                 f"{position_dim} = {grid_dim} and hidden_dim={hidden_dim}"
             )
         self.attention = attention
+        if alpha_c < 0:
+            raise ValueError(f"LSTMDecoder: alpha_c={alpha_c} must be >= 0 (the weight of eq. 14)")
+        self.alpha_c = alpha_c
         self.vocab_size, self.feature_dim, self.grid_dim = vocab_size, feature_dim, grid_dim
         self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, embed_dim)
@@ -157,6 +167,12 @@ class LSTMDecoder(Decoder):
         return DecoderOutput(
             logits=logits, attention=torch.stack(weights, 1), alphas=torch.stack(alphas, 1), aux=aux
         )
+
+    def start_training_batch(self) -> None:
+        """Per-batch state of the attention layer (the semi-sampling coin, the Gumbel temperature)."""
+        start = getattr(self.attention, "start_training_batch", None)
+        if start is not None:
+            start()
 
     def auxiliary_loss(
         self, output: DecoderOutput, token_logp: Tensor, token_mask: Tensor

@@ -17,9 +17,8 @@ cache is tested and benchmarked against.
 The attention returned per token is one layer's cross-attention (``attention_layer``, default the
 last), averaged over heads or one ``attention_head``. It comes from the explicit softmax(QKᵀ/√d)
 path of that layer only; every output still goes through the fused kernel. In ``forward`` these
-weights are detached: the doubly stochastic regulariser of Xu et al. (eq. 14, model.alpha_c) is
-meant for the LSTM's single attention and would only add a constant here, so set model.alpha_c=0
-for Transformer runs to keep the logged loss equal to the cross-entropy.
+weights are detached, and the decoder has no doubly stochastic regulariser (Xu et al. eq. 14 is
+meant for the LSTM's single attention; ``alpha_c`` stays the base class's 0).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """W&B overlay table: at every validation, a fixed set of val images with caption, references and overlay.
 
 The first ``num_images`` images of the validation set are captioned with the module's own decoding
-settings and rendered by :func:`captioning.viz.figure_array`, the renderer of ``captioning caption
+settings and rendered by :func:`captioning.inference.viz.figure_array`, the renderer of ``captioning caption
 --overlay`` (hard attention therefore shows the selected cell of each word as a crisp square). The same
 images every epoch, so a run's epochs, and runs, can be compared side by side in the W&B UI.
 
@@ -19,8 +19,8 @@ import torch
 from pytorch_lightning.loggers import WandbLogger
 from torch import Tensor
 
-from captioning.decoding import generate
-from captioning.viz import figure_array
+from captioning.decoding import decode_captions
+from captioning.inference.viz import figure_array
 
 COLUMNS = ["image_id", "epoch", "caption", "references", "overlay"]
 
@@ -67,13 +67,8 @@ def first_examples(dataset, num_images: int) -> list[Example]:
 def caption_examples(pl_module: pl.LightningModule, examples: list[Example]) -> list[Captioned]:
     """Decode the examples with ``pl_module.net``, its vocabulary and its validation decoding settings."""
     inputs = torch.stack([ex.inputs for ex in examples]).to(pl_module.device)  # (B, 3, S, S) or (B, L, D)
-    out = generate(pl_module.net.decoder, pl_module.net.encode(inputs), **pl_module.decoding)
-    captioned = []
-    for tokens, attention in zip(out.tokens, out.attention):  # (T,), (T, L)
-        words = pl_module.vocab.decode(tokens.tolist())
-        rows = attention[: len(words)].float().cpu().numpy()  # (len(words), L): row t produced word t
-        captioned.append(Captioned(words, rows))
-    return captioned
+    decoded = decode_captions(pl_module.net, pl_module.vocab, inputs, **pl_module.decoding)
+    return [Captioned(c.words, c.attention.numpy()) for c in decoded]  # (len(words), L) per image
 
 
 class WandbAttentionTable(pl.Callback):
@@ -81,7 +76,7 @@ class WandbAttentionTable(pl.Callback):
     the overlays alone as ``<key>_overlays``.
 
     ``num_images``: how many val images (the first ones of the split); ``ncols``/``panel_inches``: the
-    overlay grid layout, as in :func:`captioning.viz.attention_figure`.
+    overlay grid layout, as in :func:`captioning.inference.viz.attention_figure`.
     """
 
     def __init__(

@@ -18,8 +18,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from captioning.checkpoint import read_checkpoint
-from captioning.lit_module import CHECKPOINT_KEY
+from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.checkpoints.load import read_checkpoint
 
 LAST = "last"
 

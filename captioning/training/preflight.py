@@ -2,18 +2,18 @@
 
 Reading the data (rendering scenes, parsing COCO annotations) takes seconds to minutes and only then fixes
 the vocabulary size. The model's own constructors hold the real checks (encoder/decoder dimensions in
-``Captioner``, ``beam_size >= 1`` in ``CaptionLitModule``, encoder weight files, ...), so the model is
+``CaptionModel``, ``beam_size >= 1`` in ``CaptionLitModule``, encoder weight files, ...), so the model is
 built once with a placeholder vocabulary: every config error they catch surfaces immediately, in the
 same words, instead of after the data. Unknown config groups or keys are already refused by Hydra.
 """
 
 from __future__ import annotations
 
-import hydra
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from captioning.data.vocab import SPECIALS, Vocab
+from captioning.training.build import build_model
 
 PLACEHOLDER_WORDS = 4  # any size works: only the embedding and output layers depend on it
 
@@ -21,8 +21,6 @@ PLACEHOLDER_WORDS = 4  # any size works: only the embedding and output layers de
 def check_model_config(cfg: DictConfig) -> None:
     """Build ``cfg.model`` with a placeholder vocabulary; raises whatever the constructors refuse."""
     vocab = Vocab([*SPECIALS, *(f"w{i}" for i in range(PLACEHOLDER_WORDS))])
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)  # a copy; vocab_size is still "???"
-    model_cfg["decoder"]["vocab_size"] = len(vocab)
     # Leave the global RNG as it was: the real model must be initialised exactly as without this check.
     with torch.random.fork_rng(devices=[]):
-        hydra.utils.instantiate(model_cfg, vocab=vocab.to_dict(), _convert_="all")  # built, checked, dropped
+        build_model(cfg.model, vocab)  # built, checked, dropped

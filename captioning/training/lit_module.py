@@ -1,4 +1,4 @@
-"""CaptionLitModule: a thin LightningModule around an injected Captioner.
+"""CaptionLitModule: a thin LightningModule around an injected CaptionModel.
 
 One shared step computes the loss for train and val; validation also decodes every image and scores
 the captions of the *whole* split at epoch end (gathered across DDP ranks, scored once).
@@ -8,6 +8,8 @@ The module never branches on the decoder type: decoders return what their loss n
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from importlib.metadata import version
 from typing import Any
 
 import pytorch_lightning as pl
@@ -16,14 +18,13 @@ from pytorch_lightning.plugins.precision import Precision
 from pytorch_lightning.utilities import GradClipAlgorithmType
 from torch import Tensor, nn
 
+from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.data.vocab import Vocab
-from captioning.decoding import generate
+from captioning.decoding import GenerationConfig, decode_captions
 from captioning.losses import caption_loss
 from captioning.metrics.coco import score_captions
-from captioning.models.captioner import Captioner
+from captioning.models.captioner import CaptionModel
 from captioning.models.decoders.base import Decoder, shift_inputs
-
-CHECKPOINT_KEY = "captioning"  # plain-data entry of every checkpoint: vocabulary, network config
 
 
 class CaptionLitModule(pl.LightningModule):
@@ -35,18 +36,15 @@ class CaptionLitModule(pl.LightningModule):
         net_config: str | None = None,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
-        alpha_c: float = 1.0,
-        beam_size: int = 1,
-        max_length: int = 20,
-        length_penalty: float = 0.0,
+        decoding: dict[str, Any] | None = None,
         val_metrics: Sequence[str] = ("Bleu_4", "CIDEr"),
         image_size: int = 224,
         compile: bool = False,
     ):
         super().__init__()
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"decoding beam_size must be >= 1, got {beam_size}")
-        self.net = net = Captioner(encoder, decoder)  # injected parts; checks their dimensions agree
+        # Validation decoding, stored in every checkpoint as the defaults of `captioning caption` etc.
+        self.decoding = GenerationConfig.from_dict(decoding, where="model.decoding").to_dict()
+        self.net = net = CaptionModel(encoder, decoder)  # injected parts; checks their dimensions agree
         self.vocab = Vocab.from_dict(vocab)
         if len(self.vocab) != net.decoder.vocab_size:
             raise ValueError(
@@ -54,8 +52,6 @@ class CaptionLitModule(pl.LightningModule):
             )
         self.net_config = net_config
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
-        self.alpha_c = alpha_c
-        self.decoding = {"beam_size": beam_size, "max_length": max_length, "length_penalty": length_penalty}
         self.val_metrics = tuple(val_metrics)
         self.image_size = image_size  # saved so `captioning caption` resizes images as in training
         if compile:
@@ -69,7 +65,7 @@ class CaptionLitModule(pl.LightningModule):
     def shared_step(self, batch: dict, stage: str) -> Tensor:
         inputs, targets = shift_inputs(batch["tokens"])  # (B, T), (B, T)
         output = self.net(batch["images"], inputs)
-        terms = caption_loss(output, targets, self.net.decoder, alpha_c=self.alpha_c)
+        terms = caption_loss(output, targets, self.net.decoder)
         b = targets.shape[0]
         self.log(f"{stage}/loss", terms.loss, prog_bar=True, batch_size=b, sync_dist=stage != "train")
         self.log(f"{stage}/xent", terms.xent, batch_size=b, sync_dist=stage != "train")
@@ -78,28 +74,32 @@ class CaptionLitModule(pl.LightningModule):
             self.log(f"{stage}/{name}", value, batch_size=b, sync_dist=stage != "train")
         return terms.loss
 
+    def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
+        # Explicit per-batch state of the decoder (semi-sampling coin, Gumbel τ), never a side effect
+        # of a forward pass or a loss.
+        self.net.decoder.start_training_batch()
+
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         return self.shared_step(batch, "train")
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.shared_step(batch, "val")
+    def eval_step(self, batch: dict, stage: str) -> None:
+        """Loss on the references, and the decoded caption of every image for the whole-split scores."""
+        self.shared_step(batch, stage)
         for image_id, caption, refs in zip(
             batch["image_ids"], self.caption(batch["images"]), batch["references"]
         ):
             self._generated.append((image_id, caption, refs))
 
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.eval_step(batch, "val")
+
     def test_step(self, batch: dict, batch_idx: int) -> None:
-        self.shared_step(batch, "test")
-        for image_id, caption, refs in zip(
-            batch["image_ids"], self.caption(batch["images"]), batch["references"]
-        ):
-            self._generated.append((image_id, caption, refs))
+        self.eval_step(batch, "test")
 
     # -- decoding and scoring ----------------------------------------------------------------------------
     @torch.no_grad()
     def caption(self, images: Tensor) -> list[str]:
-        generated = generate(self.net.decoder, self.net.encode(images), **self.decoding)
-        return [" ".join(self.vocab.decode(row.tolist())) for row in generated.tokens]
+        return [" ".join(c.words) for c in decode_captions(self.net, self.vocab, images, **self.decoding)]
 
     def _score_generated(self, stage: str) -> None:
         generated = self._gather(self._generated)
@@ -158,6 +158,30 @@ class CaptionLitModule(pl.LightningModule):
         algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
         Precision.clip_gradients(self.trainer.precision_plugin, optimizer, gradient_clip_val, algorithm)
 
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, map_location=None, **overrides: Any) -> CaptionLitModule:
+        """Rebuild the module from a captioning checkpoint (or export) alone, safely.
+
+        Lightning's own loader would need the encoder, decoder and vocabulary as arguments (they are
+        injected objects, not hyper-parameters) and unpickles the file; this rebuilds them from the saved
+        network config through the closed registry (``captioning.checkpoints.load``). For inference,
+        ``captioning.Captioner.from_checkpoint`` is the simpler way. ``overrides``: constructor arguments
+        such as ``optimizer`` or ``val_metrics``."""
+        from captioning.checkpoints.load import load_captioner, read_weights_and_meta
+
+        loaded = load_captioner(checkpoint_path, map_location or "cpu")
+        _, meta = read_weights_and_meta(checkpoint_path, map_location or "cpu")
+        arguments = {
+            "encoder": loaded.net.encoder,
+            "decoder": loaded.net.decoder,
+            "vocab": loaded.vocab.to_dict(),
+            "net_config": meta.get("net_config"),
+            "decoding": loaded.decoding,
+            "image_size": loaded.image_size,
+            **overrides,
+        }
+        return cls(**arguments)
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Plain data only, so captioning/evaluation load with torch.load(weights_only=True).
         checkpoint[CHECKPOINT_KEY] = {
@@ -165,4 +189,10 @@ class CaptionLitModule(pl.LightningModule):
             "net_config": self.net_config,
             "decoding": dict(self.decoding),
             "image_size": self.image_size,
+            "provenance": {
+                "captioning_version": version("captioning"),
+                "epoch": self.current_epoch,
+                "global_step": self.global_step,
+                "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            },
         }

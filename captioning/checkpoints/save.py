@@ -15,7 +15,7 @@ empty. Remote paths (``s3://`` ...) keep Lightning's path: an object upload is a
 Wired in by the trainer config (``conf/trainer/cpu.yaml``)::
 
     plugins:
-      - _target_: captioning.checkpoint_io.AtomicCheckpointIO
+      - _target_: captioning.checkpoints.save.AtomicCheckpointIO
 """
 
 from __future__ import annotations

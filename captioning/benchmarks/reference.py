@@ -66,10 +66,10 @@ class ReferenceSoftLSTM(Decoder):
 
 @torch.no_grad()
 def per_image_beam_search(
-    decoder: Decoder, features: Tensor, beam_size: int, max_length: int, end_id: int = 2
+    decoder: Decoder, features: Tensor, num_beams: int, max_new_tokens: int, end_id: int = 2
 ) -> list[Generated]:
     """Beam search one image at a time (batch 1, K rows per call)."""
     return [
-        beam_search(decoder, features[i : i + 1], beam_size, max_length, end_id=end_id)
+        beam_search(decoder, features[i : i + 1], num_beams, max_new_tokens, end_id=end_id)
         for i in range(features.shape[0])
     ]

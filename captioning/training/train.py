@@ -1,4 +1,4 @@
-"""Hydra training entry point: ``captioning-train [overrides]`` or ``python -m captioning.train``.
+"""Hydra training entry point: ``captioning-train [overrides]`` or ``python -m captioning.training.train``.
 
 Reads top to bottom: data -> model -> callbacks -> logger -> trainer -> fit -> test.
 Ends by printing ``best checkpoint: PATH`` (scripts rely on that line).
@@ -8,31 +8,19 @@ from __future__ import annotations
 
 import os
 
-# Offline-first: W&B online mode with no network blocks for ~100 s. Respect an explicit user choice.
-os.environ.setdefault("WANDB_MODE", "offline")
+from captioning.cli.runtime import configure_process
+
+configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE offline unless set
 
 import hydra  # noqa: E402
 import pytorch_lightning as pl  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
 from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 
-from captioning.lit_module import CaptionLitModule  # noqa: E402
-from captioning.preflight import check_model_config  # noqa: E402
-from captioning.resume import check_resume_matches, resolve_ckpt_path  # noqa: E402
-from captioning.runtime import keep_freed_memory  # noqa: E402
-
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
-
-
-def net_config(cfg: DictConfig) -> DictConfig:
-    """The Captioner's config (encoder + decoder), as saved in checkpoints and rebuilt from them."""
-    return OmegaConf.create(
-        {
-            "_target_": "captioning.models.captioner.Captioner",
-            "encoder": cfg.model.encoder,
-            "decoder": cfg.model.decoder,
-        }
-    )
+from captioning.training.build import build_model  # noqa: E402
+from captioning.training.config import CONFIG_DIR  # noqa: E402
+from captioning.training.preflight import check_model_config  # noqa: E402
+from captioning.training.resume import check_resume_matches, resolve_ckpt_path  # noqa: E402
 
 
 def instantiate_dict(cfg: DictConfig | None) -> list:
@@ -57,15 +45,11 @@ def train(cfg: DictConfig) -> str:
     datamodule = hydra.utils.instantiate(cfg.data)
     vocab = datamodule.build_vocab()
     with open_dict(cfg):
-        cfg.model.decoder.vocab_size = len(vocab)
+        cfg.model.decoder.vocab_size = len(vocab)  # logged with the rest of the config
 
-    # The composed network config travels with the checkpoint (as YAML text: plain data, not code).
-    net_yaml = OmegaConf.to_yaml(net_config(cfg), resolve=True)
-    model: CaptionLitModule = hydra.utils.instantiate(
-        cfg.model, vocab=vocab.to_dict(), net_config=net_yaml, _convert_="all"
-    )
+    model = build_model(cfg.model, vocab)  # the network config travels with the checkpoint (as YAML)
     if ckpt_path:  # resuming: the data must give the same vocabulary, the model the same config
-        check_resume_matches(ckpt_path, vocab.to_dict(), net_yaml)
+        check_resume_matches(ckpt_path, vocab.to_dict(), model.net_config)
 
     callbacks = instantiate_dict(cfg.get("callbacks"))
     loggers = instantiate_dict(cfg.get("logger"))
@@ -84,7 +68,6 @@ def train(cfg: DictConfig) -> str:
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    keep_freed_memory()  # captioning/runtime.py: no page faults on every step's large tensors
     best = train(cfg)
     if int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0:
         print(f"best checkpoint: {best}", flush=True)  # once, even under DDP

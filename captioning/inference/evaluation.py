@@ -3,7 +3,7 @@
 The one path behind ``captioning evaluate``, ``scripts/compare.py`` and the tests:
 
     source = build_source(data_cfg, "test")
-    evaluation = evaluate_checkpoint(checkpoint, source, beam_size=3)
+    evaluation = evaluate_checkpoint(checkpoint, source, decoding={"num_beams": 3})
     write_evaluation(evaluation, out_dir)   # results.json (COCO format) + scores.json
     print(format_evaluation(evaluation))
 
@@ -22,18 +22,17 @@ from typing import Any
 import hydra
 import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
-from captioning.checkpoint import LoadedCaptioner, load_captioner
-from captioning.cli.score import format_report
+from captioning.checkpoints.load import LoadedCaptioner, load_captioner
 from captioning.data.datamodule import ImageLoader
 from captioning.data.features import FeatureCache
 from captioning.data.sources import CaptionSource, SyntheticSource
-from captioning.decoding import generate
+from captioning.decoding import GenerationConfig, decode_captions
 from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
 from captioning.metrics.grounding import GroundingSample, grounding_accuracy
-from captioning.train import CONFIG_DIR
+from captioning.metrics.objects import object_accuracy
+from captioning.metrics.report import format_report
 
 SPLITS = ("train", "val", "test")
 
@@ -61,6 +60,7 @@ class Evaluation:
     report: EvalReport
     decoded: Decoded
     grounding: dict[str, float | int] | None  # synthetic scenes only
+    objects: dict[str, Any] | None = None  # synthetic scenes only: captioning.metrics.objects
     params: dict[str, int] = field(default_factory=dict)  # {"total", "trainable"} of the network
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,22 +71,9 @@ class Evaluation:
             "decoding": self.decoding,
             **self.report.to_dict(),
             "grounding": self.grounding,
+            "objects": self.objects,
             "params": self.params,
         }
-
-
-def compose_config(config_name: str, overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
-    """Compose ``conf/<config_name>.yaml`` with Hydra overrides, outside a Hydra run.
-
-    Returns the config (without Hydra's own node) and the chosen option of every config group
-    (``{"data": "flickr8k", "model/decoder": "soft", ...}``).
-    """
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
-    choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg, choices
 
 
 def build_source(data_cfg: DictConfig, split: str) -> CaptionSource:
@@ -120,13 +107,11 @@ def decode_source(
     for start in range(0, len(source), batch_size):
         indices = range(start, min(start + batch_size, len(source)))
         batch = torch.stack([inputs(i) for i in indices]).to(device)  # (B, 3, S, S) or (B, L, D)
-        out = generate(model.net.decoder, model.net.encode(batch), **decoding)
-        for row, i in enumerate(indices):
-            words = model.vocab.decode(out.tokens[row].tolist())
+        for i, caption in zip(indices, decode_captions(model.net, model.vocab, batch, **decoding)):
             decoded.image_ids.append(source.image_id(i))
-            decoded.captions.append(" ".join(words))
-            decoded.tokens.append(words)
-            decoded.attention.append(out.attention[row, : len(words)].float().cpu().numpy())  # (T, L)
+            decoded.captions.append(" ".join(caption.words))
+            decoded.tokens.append(caption.words)
+            decoded.attention.append(caption.attention.numpy())  # (T, L)
     return decoded
 
 
@@ -151,44 +136,42 @@ def evaluate_checkpoint(
     checkpoint: str | Path,
     source: CaptionSource,
     data_name: str = "",
-    beam_size: int | None = None,
-    max_length: int | None = None,
-    length_penalty: float | None = None,
+    decoding: dict[str, Any] | None = None,
     tokenizer: str = "ptb",
     metrics: tuple[str, ...] = METRICS,
     batch_size: int = 50,
     cache_dir: str | Path | None = None,
     device: str = "cpu",
 ) -> Evaluation:
-    """Decode ``source`` with the checkpoint and score it. ``None`` decoding settings keep the checkpoint's.
+    """Decode ``source`` with the checkpoint and score it. ``decoding`` options (HF ``generate`` names)
+    override the checkpoint's; ``None`` values keep them.
 
     With ``cache_dir`` and a frozen encoder, grid features are read from (or added to) the feature cache
     there, the same one training used; otherwise images go through the encoder.
     """
     model = load_captioner(checkpoint)
     model.net.to(device)
-    decoding = dict(model.decoding)
-    for name, value in (
-        ("beam_size", beam_size),
-        ("max_length", max_length),
-        ("length_penalty", length_penalty),
-    ):
-        if value is not None:
-            decoding[name] = value
-    if decoding.get("beam_size", 1) < 1:
-        raise ValueError(f"beam_size must be >= 1, got {decoding['beam_size']}")
+    decoding = GenerationConfig.from_dict(model.decoding).replace(**(decoding or {})).to_dict()
+    if decoding["num_return_sequences"] != 1:
+        raise ValueError("evaluate scores one caption per image: decoding.num_return_sequences must be 1")
     encoder = model.net.encoder
     use_cache = cache_dir is not None and not any(p.requires_grad for p in encoder.parameters())
     cache = FeatureCache(encoder, cache_dir, device=device) if use_cache else None
     decoded = decode_source(model, source, decoding, batch_size, cache)
     references = {source.image_id(i): list(source.captions(i)) for i in range(len(source))}
     report = evaluate_results(decoded.results(), references, metrics=metrics, tokenizer=tokenizer)
-    grounding = synthetic_grounding(decoded, source) if isinstance(source, SyntheticSource) else None
+    synthetic = isinstance(source, SyntheticSource)
+    grounding = synthetic_grounding(decoded, source) if synthetic else None
+    objects = (
+        object_accuracy(decoded.captions, [source.objects(i) for i in range(len(source))])
+        if synthetic
+        else None
+    )
     params = {
         "total": sum(p.numel() for p in model.net.parameters()),
         "trainable": sum(p.numel() for p in model.net.parameters() if p.requires_grad),
     }
-    return Evaluation(str(checkpoint), data_name, decoding, report, decoded, grounding, params)
+    return Evaluation(str(checkpoint), data_name, decoding, report, decoded, grounding, objects, params)
 
 
 def write_evaluation(evaluation: Evaluation, out_dir: str | Path) -> tuple[Path, Path]:
@@ -207,13 +190,19 @@ def format_evaluation(evaluation: Evaluation, results_path: str | Path | None = 
     d = evaluation.decoding
     lines = [
         f"checkpoint: {evaluation.checkpoint}",
-        f"decoding: beam_size={d.get('beam_size')} max_length={d.get('max_length')} "
-        f"length_penalty={d.get('length_penalty')}",
+        "decoding: " + " ".join(f"{k}={v}" for k, v in d.items()),
         # The header reads "<results> vs <data>/<split>: N images, tokenizer=...".
         format_report(
             evaluation.report, Path(results_path or "results"), Path(evaluation.data or "references")
         ),
     ]
+    if evaluation.objects is not None:
+        o = evaluation.objects
+        per = " ".join(f"{a} {v:.3f}" for a, v in o["attribute_accuracy"].items())
+        lines.append(
+            f"objects named right: {o['object_accuracy']:.4f} of {o['objects']} (size, colour, shape and "
+            f"position all right; {per}); extra objects per image: {o['extra_per_image']:.3f}"
+        )
     if evaluation.grounding is not None:
         g = evaluation.grounding
         lines.append(

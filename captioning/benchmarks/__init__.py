@@ -1,0 +1,1 @@
+"""Benchmark parts of scripts/bench.py: timing, training step, decoding, encoders, the reference oracle."""

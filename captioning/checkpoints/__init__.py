@@ -1,0 +1,1 @@
+"""Checkpoints: safe loading (closed registry), atomic saving, weights-only exports."""

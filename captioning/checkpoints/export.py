@@ -1,0 +1,85 @@
+"""Weights-only exports: ``captioning export CKPT OUT.safetensors [--fp16]``.
+
+A training checkpoint carries the optimizer state (AdamW's two moments: twice the weights again) and
+Lightning's loop state. An export keeps what captioning needs and nothing that can run code: the
+network's tensors in safetensors, and one JSON header entry with the vocabulary, the network config,
+the decoding defaults, the input image size and the training provenance. ``--fp16`` halves it again
+(floating weights are stored in float16 and read back as float32).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.checkpoints.load import CheckpointError, read_checkpoint
+
+FORMAT = "captioning-export/1"
+MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header starting with "{"
+
+
+def is_export(path: Path) -> bool:
+    """A safetensors file (by suffix, or by its header's shape)."""
+    if path.suffix == ".safetensors":
+        return True
+    with open(path, "rb") as f:
+        head = f.read(MAGIC_OFFSET + 1)
+    return len(head) == MAGIC_OFFSET + 1 and head[MAGIC_OFFSET : MAGIC_OFFSET + 1] == b"{"
+
+
+def export_checkpoint(checkpoint_path: str | Path, out: str | Path, fp16: bool = False) -> Path:
+    """Write the weights-only export of a training checkpoint; returns its path (atomically replaced)."""
+    from safetensors.torch import save_file
+
+    checkpoint_path, out = Path(checkpoint_path), Path(out)
+    checkpoint = read_checkpoint(checkpoint_path)
+    state = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
+    if fp16:  # floating weights only; integer buffers (step counters) keep their dtype
+        state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+    meta = dict(checkpoint[CHECKPOINT_KEY])
+    meta["provenance"] = {
+        **dict(meta.get("provenance") or {}),
+        "source_checkpoint": checkpoint_path.name,
+        "epoch": checkpoint.get("epoch"),
+        "global_step": checkpoint.get("global_step"),
+        "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "dtype": "float16" if fp16 else "float32",
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".partial")
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    save_file(tensors, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
+    os.replace(tmp, out)
+    return out
+
+
+def read_export(path: Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
+    """(state dict in float32, the plain-data entry) of an export; any failure is a CheckpointError."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device=str(map_location)) as f:
+            metadata = f.metadata() or {}
+            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(
+            f"{path}: not a readable safetensors export: {' '.join(str(err).split())[:200]}"
+        ) from err
+    if metadata.get("format") != FORMAT or CHECKPOINT_KEY not in metadata:
+        raise CheckpointError(
+            f"{path}: a safetensors file, but not a captioning export (expected header format {FORMAT!r}, "
+            f"as written by `captioning export`)"
+        )
+    try:
+        meta = json.loads(metadata[CHECKPOINT_KEY])
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: the export's '{CHECKPOINT_KEY}' header is not JSON: {err}") from err
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: the export's '{CHECKPOINT_KEY}' header is not a mapping")
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}  # fp16 exports
+    return state, meta

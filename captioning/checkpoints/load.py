@@ -1,0 +1,212 @@
+"""Loading a trained captioner from a checkpoint alone, safely.
+
+Checkpoints are read with ``torch.load(weights_only=True)``: only tensors and plain data, never code.
+The network is rebuilt from the saved config, whose ``_target_`` entries must all be classes of this
+package, so a crafted checkpoint cannot name an arbitrary callable either. The check resolves each target
+and looks at where the class is *defined*: a dotted path such as ``captioning.training.train.os.system`` starts
+with ``captioning.`` but resolves to ``os.system``, and is refused.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.data.vocab import Vocab
+from captioning.decoding.config import GenerationConfig
+from captioning.models.captioner import CaptionModel
+from captioning.models.registry import MODEL_CLASSES, canonical_name
+
+
+class CheckpointError(ValueError):
+    """A file that cannot be used as a captioning checkpoint, with the path and the reason."""
+
+
+@dataclass
+class LoadedCaptioner:
+    net: CaptionModel
+    vocab: Vocab
+    decoding: dict[str, Any]
+    image_size: int
+    path: Path
+    provenance: dict[str, Any] = field(default_factory=dict)  # how the weights were trained
+
+
+def _check_target(target: Any, path: Path, where: str) -> None:
+    if canonical_name(str(target)) is None:
+        raise CheckpointError(
+            f"{path}: {where}._target_ is {target!r}; only the network classes of "
+            f"captioning.models.registry may be built ({', '.join(sorted(MODEL_CLASSES))})"
+        )
+
+
+def _check_targets(node: Any, path: Path, where: str = "net_config") -> None:
+    """Refuse any ``_target_`` outside the registry; rewrite legacy names to the current ones in place."""
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        if target is not None:
+            _check_target(target, path, where)
+            node["_target_"] = canonical_name(str(target))
+        for key, value in node.items():
+            _check_targets(value, path, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_targets(value, path, f"{where}[{i}]")
+
+
+def _torch_load_reason(err: BaseException) -> str:
+    """The informative part of a torch.load error, minus torch's advice to retry with weights_only=False."""
+    text = str(err)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
+    return " ".join(text.split())[:300] or type(err).__name__
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """``torch.load`` with weights_only=True, every failure turned into a CheckpointError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        # The weights-only unpickler names each callable it blocks as "GLOBAL module.name"; any other
+        # unpickling failure means the bytes are not a torch checkpoint at all.
+        blocked = re.search(r"GLOBAL ([\w.]+)", str(err))
+        if blocked is None:
+            reason = _torch_load_reason(err)
+            raise CheckpointError(
+                f"{path}: not a readable checkpoint (truncated or not a torch file?): {reason}"
+            ) from err
+        raise CheckpointError(
+            f"{path}: refused to load: it contains objects other than tensors and plain data (it would call "
+            f"{blocked.group(1)}). Checkpoints are read with weights_only=True so that loading one can never "
+            "run code; this file was not written by captioning-train, or was tampered with."
+        ) from err
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (truncated or not a torch file?): {_torch_load_reason(err)}"
+        ) from err
+    if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint or "state_dict" not in checkpoint:
+        raise CheckpointError(
+            f"{path}: not a captioning checkpoint (expected 'state_dict' and a '{CHECKPOINT_KEY}' entry "
+            "with the vocabulary and network config, as written by captioning-train)"
+        )
+    return checkpoint
+
+
+# Bounds on what a checkpoint may ask to build: a crafted file must not allocate terabytes or hang.
+MAX_SIZES = {"vocab_size": 1_000_000, "image_size": 2048, "grid_size": 64, "num_layers": 48, "num_heads": 64}
+MAX_WIDTH = 16_384  # any other integer size (widths, *_dim)
+
+
+def _check_sizes(node: Any, path: Path, where: str = "net_config") -> None:
+    """Every integer of the network config within its bound, and non-negative."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{where}.{key}"
+            if isinstance(value, int) and not isinstance(value, bool):
+                bound = MAX_SIZES.get(str(key), MAX_WIDTH)
+                if not 0 <= value <= bound:
+                    raise CheckpointError(f"{path}: {here} = {value} is outside [0, {bound:,}]")
+            else:
+                _check_sizes(value, path, here)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_sizes(value, path, f"{where}[{i}]")
+
+
+def read_weights_and_meta(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
+    """(the network's state dict, the plain-data entry) of a training checkpoint or a weights-only export."""
+    path = Path(path)
+    from captioning.checkpoints.export import is_export, read_export  # safetensors, only when needed
+
+    if path.is_file() and is_export(path):
+        return read_export(path, map_location)
+    checkpoint = read_checkpoint(path, map_location)
+    state = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
+    meta = checkpoint[CHECKPOINT_KEY]
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: the '{CHECKPOINT_KEY}' entry is not a mapping")
+    return state, meta
+
+
+def _network_config(meta: dict, path: Path) -> dict:
+    text = meta.get("net_config")
+    if not isinstance(text, str | dict):
+        raise CheckpointError(f"{path}: '{CHECKPOINT_KEY}.net_config' is missing or not YAML text")
+    if isinstance(text, str) and "${" in text:  # ${oc.env:...} and friends would read the environment
+        raise CheckpointError(
+            f"{path}: net_config holds an interpolation ('${{...}}'); a saved config is literal"
+        )
+    try:
+        net_config = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
+    except (OmegaConfBaseException, ValueError, TypeError, AttributeError) as err:
+        raise CheckpointError(
+            f"{path}: net_config is not a valid config: {' '.join(str(err).split())[:200]}"
+        ) from err
+    if not isinstance(net_config, dict) or not isinstance(net_config.get("encoder"), dict):
+        raise CheckpointError(f"{path}: net_config is not a mapping with an 'encoder' and a 'decoder'")
+    _check_targets(net_config, path)
+    _check_sizes(net_config, path)
+    return net_config
+
+
+def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedCaptioner:
+    """Rebuild the captioner of a training checkpoint (.ckpt) or a weights-only export (.safetensors).
+
+    Every way a file can be unusable raises one :class:`CheckpointError` naming the file and the reason."""
+    path = Path(path)
+    state, meta = read_weights_and_meta(path, map_location)
+    try:
+        vocab = Vocab.from_dict(meta["vocab"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: the '{CHECKPOINT_KEY}' entry is incomplete: {err}") from err
+    net_config = _network_config(meta, path)
+    encoder_cfg = dict(net_config["encoder"])
+    if "pretrained" in encoder_cfg:
+        encoder_cfg["pretrained"] = False  # the trained weights come from the state dict below
+    try:
+        net: CaptionModel = hydra.utils.instantiate({**net_config, "encoder": encoder_cfg})
+    except Exception as err:  # noqa: BLE001 - a config the constructors refuse is a broken checkpoint
+        reason = " ".join(str(getattr(err, "__cause__", None) or err).split())[:300]
+        raise CheckpointError(f"{path}: the saved network config cannot be built: {reason}") from err
+    if net.decoder.vocab_size != len(vocab):
+        raise CheckpointError(
+            f"{path}: the vocabulary has {len(vocab)} words but the decoder was built for {net.decoder.vocab_size}"
+        )
+    bad = [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise CheckpointError(
+            f"{path}: refused: non-finite weights (NaN/inf) in {', '.join(bad[:3])}"
+            + (f" and {len(bad) - 3} more tensors" if len(bad) > 3 else "")
+        )
+    try:
+        net.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: the weights do not fit the saved network config: {err}") from err
+    net.eval()
+    try:  # legacy option names (beam_size, max_length) are renamed; unknown ones refused
+        decoding = GenerationConfig.from_dict(meta.get("decoding"), where=f"{path}: decoding").to_dict()
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: the saved decoding settings are not valid: {err}") from err
+    image_size = meta.get("image_size", 224)
+    if not isinstance(image_size, int) or not 8 <= image_size <= MAX_SIZES["image_size"]:
+        raise CheckpointError(f"{path}: image_size = {image_size!r}, expected an integer in [8, 2048]")
+    return LoadedCaptioner(
+        net=net,
+        vocab=vocab,
+        decoding=decoding,
+        image_size=image_size,
+        path=path,
+        provenance=dict(meta.get("provenance") or {}),
+    )

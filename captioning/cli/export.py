@@ -1,0 +1,35 @@
+"""``captioning export CKPT OUT.safetensors [--fp16]``: the weights without the optimizer state.
+
+The export holds the network's tensors (safetensors) and a JSON header with the vocabulary, network
+config, decoding defaults, image size and training provenance; ``captioning caption``, ``evaluate`` and
+``Captioner.from_checkpoint`` read it like a checkpoint, with identical captions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("export", help="write a weights-only safetensors export", description=__doc__)
+    p.add_argument("checkpoint", type=Path, help="a .ckpt written by captioning-train")
+    p.add_argument("out", type=Path, help="the export to write (.safetensors)")
+    p.add_argument("--fp16", action="store_true", help="store floating weights in float16 (half the size)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from captioning.checkpoints.export import export_checkpoint
+    from captioning.checkpoints.load import CheckpointError, load_captioner
+
+    try:
+        out = export_checkpoint(args.checkpoint, args.out, fp16=args.fp16)
+        load_captioner(out)  # read back: a file that would not load is never called an export
+    except (CheckpointError, OSError) as err:
+        print(f"captioning export: error: {err}", file=sys.stderr)
+        return 2
+    size = out.stat().st_size / 2**20
+    print(
+        f"wrote {out} ({size:.1f} MB; {args.checkpoint} is {args.checkpoint.stat().st_size / 2**20:.1f} MB)"
+    )
+    return 0

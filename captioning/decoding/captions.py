@@ -1,0 +1,48 @@
+"""Generated ids -> words with their attention: the one path of validation, ``caption``, ``evaluate``,
+the W&B table and the Python API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from captioning.data.vocab import Vocab
+from captioning.decoding.config import GenerationConfig
+from captioning.decoding.search import generate
+
+
+@dataclass
+class DecodedCaption:
+    """One caption as words, with the attention behind each word."""
+
+    words: list[str]  # without <start>/<end>
+    attention: Tensor  # (len(words), L) float32 on the CPU: row t produced word t
+    token_log_probs: list[float]  # one per generated token, <end> included when it was emitted
+    score: float  # the ranking score (log_prob / length**length_penalty)
+    log_prob: float  # Σ token_log_probs
+
+
+@torch.no_grad()
+def decode_captions(
+    net, vocab: Vocab, inputs: Tensor, config: GenerationConfig | None = None, generator=None, **options
+) -> list[DecodedCaption]:
+    """Encode ``inputs`` (B, 3, S, S) images or (B, L, D) cached grids with ``net`` (a CaptionModel),
+    ``generate``, and turn every row into words. Returns B·N captions (N = num_return_sequences, an
+    image's adjacent, best first)."""
+    out = generate(net.decoder, net.encode(inputs), config, generator=generator, **options)
+    decoded = []
+    for row in range(out.tokens.shape[0]):
+        words = vocab.decode(out.tokens[row].tolist())
+        n_tokens = int(out.lengths[row])
+        decoded.append(
+            DecodedCaption(
+                words=words,
+                attention=out.attention[row, : len(words)].float().cpu(),  # (T, L)
+                token_log_probs=out.token_log_probs[row, :n_tokens].tolist(),
+                score=float(out.score[row]),
+                log_prob=float(out.log_prob[row]),
+            )
+        )
+    return decoded

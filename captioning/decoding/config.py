@@ -1,0 +1,109 @@
+"""Decoding options with the names and meaning of Hugging Face ``generate`` (one set for every decoder).
+
+| option | meaning |
+|---|---|
+| ``num_beams`` | beams per image (1 = greedy, or sampling with ``do_sample``) |
+| ``num_return_sequences`` | captions returned per image: the n best beams, or n independent samples |
+| ``do_sample`` | sample each token instead of searching (with ``num_beams=1``) |
+| ``temperature`` / ``top_k`` / ``top_p`` | sampling warpers, applied in that order (0 / 1.0 disable top-k / top-p) |
+| ``length_penalty`` | ranking score = log p / length ** length_penalty (0: no normalisation) |
+| ``no_repeat_ngram_size`` | no n-gram of this size occurs twice in a caption (0 = off) |
+| ``repetition_penalty`` | CTRL's penalty on the logits of words already generated (1.0 = off) |
+| ``max_new_tokens`` | the most tokens generated, ``<end>`` included |
+
+Differences from HF's defaults, both deliberate: ``length_penalty`` defaults to 0 (our beam search keeps
+finished beams competing, so a caption needs no length bonus to win), and ``top_k`` defaults to 0 (no
+filter unless asked). Beam-search sampling (``do_sample`` with ``num_beams > 1``) is not offered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+# Names of earlier checkpoints, CLIs and configs, and the option each became.
+LEGACY_NAMES = {"beam_size": "num_beams", "max_length": "max_new_tokens"}
+
+
+def _integer(low: int, high: int) -> tuple:
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high,
+            f"an integer in [{low}, {high}]")  # fmt: skip
+
+
+def _number(ok, text: str) -> tuple:
+    return (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and ok(v), text)
+
+
+# Each option alone: what it must be. Checked for every config, and by the CLIs before anything loads.
+OPTION_CHECKS = {
+    "num_beams": _integer(1, 64),
+    "num_return_sequences": _integer(1, 64),
+    "do_sample": (lambda v: isinstance(v, bool), "true or false"),
+    "temperature": _number(lambda v: v > 0, "a number > 0"),
+    "top_k": _integer(0, 1_000_000),
+    "top_p": _number(lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "length_penalty": _number(lambda v: -10 <= v <= 10, "a number in [-10, 10]"),
+    "no_repeat_ngram_size": _integer(0, 100),
+    "repetition_penalty": _number(lambda v: v > 0, "a number > 0 (1.0 = off)"),
+    "max_new_tokens": _integer(1, 1000),
+}
+
+
+def check_option(name: str, value: Any) -> None:
+    """ValueError naming the option, its value and what was expected, unless ``value`` is valid alone."""
+    ok, expected = OPTION_CHECKS[name]
+    if not ok(value):
+        raise ValueError(f"decoding option {name}={value!r}: expected {expected}")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    num_beams: int = 1
+    num_return_sequences: int = 1
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    length_penalty: float = 0.0
+    no_repeat_ngram_size: int = 0
+    repetition_penalty: float = 1.0
+    max_new_tokens: int = 20
+
+    def __post_init__(self) -> None:
+        for name, value in self.to_dict().items():
+            check_option(name, value)
+        if not (self.do_sample or self.num_return_sequences <= self.num_beams):
+            raise ValueError(
+                f"decoding option num_return_sequences={self.num_return_sequences}: expected at most "
+                f"num_beams={self.num_beams} without do_sample (the n best of the beams)"
+            )
+        if self.do_sample and self.num_beams > 1:
+            raise ValueError(
+                f"decoding option num_beams={self.num_beams}: expected 1 with do_sample (beam-search "
+                "sampling is not offered; use num_return_sequences for n samples)"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any] | None, where: str = "decoding") -> GenerationConfig:
+        """Options by name (legacy names accepted and renamed); an unknown name is a ValueError naming it."""
+        known = {f.name for f in fields(cls)}
+        renamed: dict[str, Any] = {}
+        for name, value in dict(options or {}).items():
+            name = LEGACY_NAMES.get(name, name)
+            if name not in known:
+                raise ValueError(
+                    f"{where}: unknown decoding option {name!r}; expected one of {sorted(known)}"
+                )
+            renamed[name] = value
+        try:
+            return cls(**renamed)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+
+    def replace(self, **options: Any) -> GenerationConfig:
+        """A copy with ``options`` changed (``None`` values keep the current setting)."""
+        changed = {k: v for k, v in options.items() if v is not None}
+        return GenerationConfig.from_dict({**self.to_dict(), **changed}) if changed else self

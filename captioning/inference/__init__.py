@@ -1,0 +1,1 @@
+"""Inference: the Python API (Captioner), split evaluation, attention overlays."""

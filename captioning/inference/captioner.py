@@ -1,0 +1,198 @@
+"""The Python API: ``Captioner.from_checkpoint(path).caption(images, **decoding)``.
+
+    from captioning import Captioner
+    model = Captioner.from_checkpoint("model.ckpt", device="cpu")        # or "cuda", "auto"
+    out = model.caption(["a.jpg", pil_image, tensor_3hw], num_beams=3)
+    out[0].caption, out[0].tokens, out[0].attention, out[0].token_log_probs, out[0].score
+
+Inputs are paths, PIL images, (3, H, W) tensors or (H, W, 3) uint8 arrays, one or an iterable of them.
+They are streamed: each batch of ``batch_size`` images is read, resized and released before the next
+is read, so memory stays bounded for any number of photos of any size. Decoding options are HF
+``generate``'s (``captioning.decoding.config``); unset ones are the checkpoint's. Each result carries
+its n-best list (``candidates``) when ``num_return_sequences > 1``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from captioning.checkpoints.load import LoadedCaptioner, load_captioner
+from captioning.data.images import image_to_tensor, load_rgb, to_rgb
+from captioning.decoding import GenerationConfig, decode_captions
+
+ImageInput = str | Path | Image.Image | torch.Tensor | np.ndarray
+
+
+@dataclass
+class CaptionResult:
+    """One image's caption. ``attention`` is (T, H, W): row t is the map that produced word t."""
+
+    caption: str
+    tokens: list[str]
+    attention: np.ndarray  # (T, H, W) float32
+    token_log_probs: list[float]  # one per generated token, <end> included when emitted
+    score: float  # log_prob / length ** length_penalty, the ranking score
+    log_prob: float
+    image: str = ""  # the path, or "<input i>" for in-memory images
+    candidates: list[CaptionResult] = field(default_factory=list, repr=False)  # the n-best list, best first
+
+    def to_json(self) -> dict[str, Any]:
+        t, h, w = self.attention.shape
+        out = {
+            "image": self.image,
+            "caption": self.caption,
+            "tokens": self.tokens,
+            "grid": [h, w],
+            "attention": self.attention.reshape(t, h * w).tolist(),  # rows align with tokens
+            "token_log_probs": self.token_log_probs,
+            "score": self.score,
+        }
+        if len(self.candidates) > 1:
+            out["candidates"] = [{"caption": c.caption, "score": c.score} for c in self.candidates]
+        return out
+
+    def overlay(self, image: ImageInput, path: str | Path | None = None, **options):
+        """The attention overlay figure (``captioning.inference.viz``); saved as PNG when ``path`` is given."""
+        from captioning.inference.viz import attention_figure, save_attention_figure
+
+        picture = as_pil(image)
+        t, h, w = self.attention.shape
+        args = (picture, self.tokens, self.attention.reshape(t, h * w), (h, w))
+        if path is not None:
+            return save_attention_figure(path, *args, **options)
+        return attention_figure(*args, **options)
+
+
+def as_pil(image: ImageInput) -> Image.Image:
+    """Any accepted input as an 8-bit RGB PIL image (paths through the checked loader)."""
+    if isinstance(image, str | Path):
+        return load_rgb(image)
+    if isinstance(image, Image.Image):
+        return to_rgb(image)
+    if isinstance(image, torch.Tensor):
+        if image.dim() != 3 or image.shape[0] not in (1, 3):
+            raise ValueError(f"an image tensor must be (3, H, W) or (1, H, W), got {tuple(image.shape)}")
+        array = image.detach().cpu()
+        array = (array.float().clamp(0, 1) * 255).round().byte() if array.is_floating_point() else array
+        return Image.fromarray(array.expand(3, -1, -1).permute(1, 2, 0).numpy().astype(np.uint8))
+    if isinstance(image, np.ndarray):
+        if image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (1, 3, 4)):
+            return to_rgb(
+                Image.fromarray(image.squeeze(-1) if image.ndim == 3 and image.shape[2] == 1 else image)
+            )
+        raise ValueError(f"an image array must be (H, W) or (H, W, 3), got {image.shape}")
+    raise TypeError(f"cannot caption a {type(image).__name__}: give a path, PIL image, tensor or array")
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device}: CUDA is not available on this machine (use 'cpu' or 'auto')")
+    return device
+
+
+def _name(image: ImageInput, index: int) -> str:
+    return str(image) if isinstance(image, str | Path) else f"<input {index}>"
+
+
+class Captioner:
+    """A trained captioner on a device: the network, its vocabulary and its decoding defaults."""
+
+    def __init__(self, loaded: LoadedCaptioner, device: str | torch.device = "cpu", bf16: bool = False):
+        self.net, self.vocab = loaded.net, loaded.vocab
+        self.decoding = GenerationConfig.from_dict(loaded.decoding)
+        self.image_size, self.path, self.provenance = loaded.image_size, loaded.path, loaded.provenance
+        self.bf16 = bf16
+        self.to(device)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str = "cpu", bf16: bool = False) -> Captioner:
+        """Load a training checkpoint (.ckpt) or a weights-only export (.safetensors). ``device``: "cpu",
+        "cuda", "auto"; ``bf16``: decode under bfloat16 autocast (on a GPU)."""
+        return cls(load_captioner(path), device=device, bf16=bf16)
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.net.grid_size, self.net.grid_size
+
+    def to(self, device: str | torch.device) -> Captioner:
+        self.device = resolve_device(device)
+        self.net.to(self.device).eval()
+        return self
+
+    def generation_config(self, **options: Any) -> GenerationConfig:
+        """The checkpoint's decoding defaults with ``options`` (HF names) changed."""
+        return self.decoding.replace(**options)
+
+    @torch.no_grad()
+    def caption(
+        self,
+        images: ImageInput | Iterable[ImageInput],
+        batch_size: int = 16,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        **options: Any,
+    ) -> list[CaptionResult]:
+        """Caption one image or many (streamed in batches); ``seed``/``generator`` make sampling repeatable."""
+        return list(self.iter_captions(images, batch_size, seed, generator, **options))
+
+    def iter_captions(
+        self,
+        images: ImageInput | Iterable[ImageInput],
+        batch_size: int = 16,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        **options: Any,
+    ) -> Iterator[CaptionResult]:
+        """``caption`` as a generator: results arrive batch by batch."""
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
+        config = self.generation_config(**options)
+        if generator is None and seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        single = isinstance(images, str | Path | Image.Image | torch.Tensor | np.ndarray)
+        stream = iter([images] if single else images)
+        for start in itertools.count(0, batch_size):
+            chunk = list(itertools.islice(stream, batch_size))
+            if not chunk:
+                return
+            yield from self._caption_batch(chunk, start, config, generator)
+
+    def _caption_batch(
+        self, chunk: list, start: int, config: GenerationConfig, generator
+    ) -> list[CaptionResult]:
+        tensors = [image_to_tensor(as_pil(image), self.image_size) for image in chunk]  # released after
+        batch = torch.stack(tensors).to(self.device)  # (B, 3, S, S)
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+        with autocast:
+            decoded = decode_captions(self.net, self.vocab, batch, config, generator=generator)
+        n, (h, w) = config.num_return_sequences, self.grid
+        results = []
+        for i, image in enumerate(chunk):
+            candidates = [
+                CaptionResult(
+                    caption=" ".join(c.words),
+                    tokens=c.words,
+                    attention=c.attention.numpy().reshape(len(c.words), h, w),  # (T, H*W) -> (T, H, W)
+                    token_log_probs=c.token_log_probs,
+                    score=c.score,
+                    log_prob=c.log_prob,
+                    image=_name(image, start + i),
+                )
+                for c in decoded[i * n : (i + 1) * n]
+            ]
+            best = candidates[0]
+            best.candidates = candidates
+            results.append(best)
+        return results

@@ -1,0 +1,130 @@
+"""Object accuracy on synthetic scenes: does the caption name every object with the right size, colour,
+shape and position? BLEU's companion that cannot be fooled by fluent wrong bindings.
+
+A caption is parsed into *mentions* (size, colour, shape, position), one per shape word, whatever the
+template: "a big red circle in the top left", "the top left has a big red circle", "... on the top left",
+"... at the center", "there is ...", "one ...", joined by "and" / "with" / commas. A scene object is
+named *right* when some mention agrees on all four attributes; the matching is one-to-one and
+order-free. A mention that agrees with no object is an *extra* object, one the scene does not have (a
+wrong binding such as "small blue square" for a small blue circle counts there too).
+
+    object_accuracy   right objects / scene objects, over all images
+    extra_per_image   extra mentions per image
+    attribute_accuracy  per attribute, over scene objects: agreement with the object's closest mention
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SHAPES = ("circle", "square", "triangle")
+COLORS = ("red", "green", "blue", "yellow")
+SIZES = ("small", "big")
+POSITION_WORDS = ("top", "bottom", "left", "right", "center")
+TWO_WORD = {("top", "left"), ("top", "right"), ("bottom", "left"), ("bottom", "right")}
+CLAUSE_BREAKS = frozenset({"and", "with", ",", ";", "."})
+ATTRIBUTES = ("size", "color", "shape", "position")
+
+
+@dataclass(frozen=True)
+class Mention:
+    size: str | None
+    color: str | None
+    shape: str
+    position: str | None
+
+    def agreement(self, obj: Mapping[str, Any]) -> int:
+        return sum(getattr(self, a) == obj[a] for a in ATTRIBUTES)
+
+
+def _positions(words: Sequence[str]) -> list[tuple[int, str]]:
+    """(index, position phrase) in a clause: "top left" as one phrase, else single position words."""
+    found, i = [], 0
+    while i < len(words):
+        if i + 1 < len(words) and (words[i], words[i + 1]) in TWO_WORD:
+            found.append((i, f"{words[i]} {words[i + 1]}"))
+            i += 2
+        elif words[i] in POSITION_WORDS:
+            found.append((i, words[i]))
+            i += 1
+        else:
+            i += 1
+    return found
+
+
+def parse_mentions(caption: str | Sequence[str]) -> list[Mention]:
+    """Every object the caption names, with the attributes it gives it (None where it gives none)."""
+    words = caption.split() if isinstance(caption, str) else list(caption)
+    clauses: list[list[str]] = [[]]
+    for word in words:
+        if word in CLAUSE_BREAKS:
+            clauses.append([])
+        else:
+            clauses[-1].append(word)
+    mentions = []
+    for clause in clauses:
+        positions = _positions(clause)
+        shapes = [i for i, w in enumerate(clause) if w in SHAPES]
+        for k, i in enumerate(shapes):
+            start = shapes[k - 1] + 1 if k else 0  # attributes between the previous shape and this one
+            before = clause[start:i]
+            size = next((w for w in reversed(before) if w in SIZES), None)
+            color = next((w for w in reversed(before) if w in COLORS), None)
+            # The position phrase nearest the shape word: after it ("in the top left") or before it
+            # ("the top left has a ..."); several shapes in a clause each take their nearest one.
+            position = min(positions, key=lambda p: abs(p[0] - i), default=(None, None))[1]
+            mentions.append(Mention(size, color, clause[i], position))
+    return mentions
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, Mapping):
+        missing = set(ATTRIBUTES) - set(obj)
+        if missing:
+            raise ValueError(f"scene object {dict(obj)!r} lacks {sorted(missing)}; expected {ATTRIBUTES}")
+        return dict(obj)
+    return {a: getattr(obj, a) for a in ATTRIBUTES}
+
+
+def score_caption(caption: str | Sequence[str], objects: Sequence[Any]) -> dict[str, Any]:
+    """Right objects, extra mentions and per-attribute agreement of one caption against its scene."""
+    mentions = parse_mentions(caption)
+    scene = [_as_dict(o) for o in objects]
+    unused = list(range(len(mentions)))
+    right = 0
+    for obj in scene:  # exact matches are interchangeable, so a greedy one-to-one matching is maximal
+        hit = next((m for m in unused if mentions[m].agreement(obj) == 4), None)
+        if hit is not None:
+            unused.remove(hit)
+            right += 1
+    extra = len(unused)
+    attributes = dict.fromkeys(ATTRIBUTES, 0)
+    for obj in scene:
+        closest = max(mentions, key=lambda m: m.agreement(obj), default=None)
+        for a in ATTRIBUTES:
+            attributes[a] += closest is not None and getattr(closest, a) == obj[a]
+    return {"right": right, "objects": len(scene), "extra": extra, "attributes": attributes}
+
+
+def object_accuracy(
+    captions: Sequence[str | Sequence[str]], scenes: Sequence[Sequence[Any]]
+) -> dict[str, Any]:
+    """Corpus object accuracy (module docstring) of ``captions[i]`` against the objects of ``scenes[i]``."""
+    if len(captions) != len(scenes):
+        raise ValueError(f"{len(captions)} captions but {len(scenes)} scenes")
+    right = objects = extra = 0
+    attributes = dict.fromkeys(ATTRIBUTES, 0)
+    for caption, scene in zip(captions, scenes):
+        s = score_caption(caption, scene)
+        right, objects, extra = right + s["right"], objects + s["objects"], extra + s["extra"]
+        for a in ATTRIBUTES:
+            attributes[a] += s["attributes"][a]
+    return {
+        "object_accuracy": right / objects if objects else float("nan"),
+        "extra_per_image": extra / len(captions) if captions else float("nan"),
+        "attribute_accuracy": {a: attributes[a] / objects if objects else float("nan") for a in ATTRIBUTES},
+        "objects": objects,
+        "images": len(captions),
+    }

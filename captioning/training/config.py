@@ -1,0 +1,24 @@
+"""Where the Hydra configs live, and composing them outside a Hydra run (evaluate, compare, tests, bench)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")  # the repository's conf/ (editable install)
+
+
+def compose_config(config_name: str, overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
+    """Compose ``conf/<config_name>.yaml`` with Hydra overrides, outside a Hydra run.
+
+    Returns the config (without Hydra's own node) and the chosen option of every config group
+    (``{"data": "flickr8k", "model/decoder": "soft", ...}``).
+    """
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices

@@ -1,0 +1,157 @@
+"""The public Python API, the weights-only export and Lightning interop, on a checkpoint built directly."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import captioning
+from captioning import Captioner, CaptionResult
+from captioning.checkpoints.load import load_captioner
+from captioning.cli.main import main
+from captioning.data.synthetic import render_scene
+from captioning.training.lit_module import CaptionLitModule
+
+from corpus import write_checkpoint
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return write_checkpoint(tmp_path_factory.mktemp("api") / "model.ckpt")
+
+
+@pytest.fixture
+def scene_png(tmp_path):
+    path = tmp_path / "scene.png"
+    Image.fromarray(render_scene((3, 1)).image).save(path)
+    return path
+
+
+def test_the_readme_snippet_runs_as_written(ckpt, scene_png):
+    pil_image = Image.open(scene_png)
+    tensor_3hw = torch.from_numpy(np.array(pil_image)).permute(2, 0, 1).float() / 255
+    model = Captioner.from_checkpoint(ckpt, device="cpu")
+    out = model.caption([str(scene_png), pil_image, tensor_3hw], num_beams=3)
+    assert len(out) == 3 and all(isinstance(r, CaptionResult) for r in out)
+    first = out[0]
+    assert first.caption == " ".join(first.tokens)
+    t = len(first.tokens)
+    assert first.attention.shape == (t, 3, 3)  # (T, H, W)
+    assert len(first.token_log_probs) in (t, t + 1)  # + <end> when it was emitted
+    assert first.score == pytest.approx(sum(first.token_log_probs), abs=1e-4)  # length_penalty 0
+    assert [r.caption for r in out] == [first.caption] * 3  # the same picture, three ways in
+
+
+def test_one_input_batching_and_streaming_give_the_same_captions(ckpt, scene_png):
+    model = Captioner.from_checkpoint(ckpt)
+    images = [Image.fromarray(render_scene((4, i)).image) for i in range(5)]
+    together = model.caption(images, batch_size=5)
+    streamed = list(model.iter_captions(iter(images), batch_size=2))
+    assert [r.caption for r in together] == [r.caption for r in streamed]
+    (single,) = model.caption(images[2])  # one image, not a list
+    assert single.caption == together[2].caption
+
+
+def test_n_best_and_seeded_sampling_through_the_api(ckpt, scene_png):
+    model = Captioner.from_checkpoint(ckpt)
+    (best,) = model.caption(scene_png, num_beams=4, num_return_sequences=3)
+    assert len(best.candidates) == 3 and best.candidates[0] is best
+    assert [c.score for c in best.candidates] == sorted((c.score for c in best.candidates), reverse=True)
+    (beam,) = model.caption(scene_png, num_beams=4)
+    assert beam.caption == best.caption
+    a = model.caption(scene_png, do_sample=True, num_return_sequences=4, seed=3)[0].candidates
+    b = model.caption(scene_png, do_sample=True, num_return_sequences=4, seed=3)[0].candidates
+    assert [c.caption for c in a] == [c.caption for c in b]
+
+
+def test_overlay_is_drawn_from_the_result(ckpt, scene_png, tmp_path):
+    (result,) = Captioner.from_checkpoint(ckpt).caption(scene_png)
+    path = result.overlay(scene_png, tmp_path / "overlay.png")
+    assert Image.open(path).size[0] > 100
+
+
+def test_importing_the_package_is_lazy_and_changes_nothing():
+    code = (
+        "import os, sys; before = dict(os.environ); import captioning; "
+        "assert dict(os.environ) == before, 'environment changed'; "
+        "assert 'torch' not in sys.modules and 'omegaconf' not in sys.modules, 'heavy imports'; "
+        "assert 'Captioner' in dir(captioning); print(captioning.__version__)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == captioning.__version__
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_export_has_no_optimizer_state_and_captions_identically(ckpt, scene_png, tmp_path, fp16, capsys):
+    out = tmp_path / "model.safetensors"
+    assert main(["export", str(ckpt), str(out)] + (["--fp16"] if fp16 else [])) == 0
+    assert "wrote" in capsys.readouterr().out
+    from safetensors import safe_open
+
+    with safe_open(str(out), framework="pt") as f:
+        header = json.loads(f.metadata()["captioning"])
+        names = list(f.keys())
+    assert all(not n.startswith(("optimizer", "net.")) for n in names)
+    assert set(header) >= {"vocab", "net_config", "decoding", "image_size", "provenance"}
+    assert header["provenance"]["dtype"] == ("float16" if fp16 else "float32")
+    images = [scene_png, *(Image.fromarray(render_scene((6, i)).image) for i in range(4))]
+    original = Captioner.from_checkpoint(ckpt).caption(images, num_beams=2)
+    exported = Captioner.from_checkpoint(out).caption(images, num_beams=2)
+    if not fp16:
+        assert [r.caption for r in exported] == [r.caption for r in original]
+        assert [r.score for r in exported] == [r.score for r in original]
+    else:  # rounded weights: the same model to ~3 decimals
+        assert np.allclose([r.score for r in exported], [r.score for r in original], atol=0.05)
+    assert load_captioner(out).decoding == load_captioner(ckpt).decoding
+
+
+def test_cli_and_evaluate_read_an_export(ckpt, scene_png, tmp_path, capsys):
+    out = tmp_path / "model.safetensors"
+    assert main(["export", str(ckpt), str(out)]) == 0
+    capsys.readouterr()
+    assert main(["caption", str(scene_png), "--checkpoint", str(ckpt)]) == 0
+    from_ckpt = capsys.readouterr().out
+    assert main(["caption", str(scene_png), "--checkpoint", str(out)]) == 0
+    assert capsys.readouterr().out == from_ckpt
+
+
+def test_lightning_load_from_checkpoint_rebuilds_the_module(ckpt):
+    module = CaptionLitModule.load_from_checkpoint(ckpt)
+    loaded = load_captioner(ckpt)
+    assert module.vocab.itos == loaded.vocab.itos and module.decoding == loaded.decoding
+    for (name, a), (_, b) in zip(module.net.state_dict().items(), loaded.net.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_cli_takes_folders_and_globs_and_reports_an_unwritable_overlay_after_the_captions(
+    ckpt, tmp_path, capsys
+):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for i in range(3):
+        Image.fromarray(render_scene((7, i)).image).save(folder / f"p{i}.png")
+    (folder / "notes.txt").write_text("not an image")
+    assert main(["caption", str(folder), "--checkpoint", str(ckpt)]) == 0
+    by_folder = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in by_folder] == [str(folder / f"p{i}.png") for i in range(3)]
+    assert main(["caption", str(folder / "p*.png"), "--checkpoint", str(ckpt)]) == 0
+    assert capsys.readouterr().out.splitlines() == by_folder
+    blocked = tmp_path / "file"
+    blocked.write_text("a file, so file/overlay.png cannot be created")
+    code = main(
+        ["caption", str(folder / "p0.png"), "--checkpoint", str(ckpt), "--overlay", str(blocked / "o.png")]
+    )
+    out, err = capsys.readouterr()
+    assert code == 1 and out.startswith(str(folder / "p0.png"))  # the caption is printed all the same
+    assert f"{blocked / 'o.png'}: cannot write the overlay" in err
+
+
+def test_version_flag(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"captioning {captioning.__version__}"
