@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export PYTHONHASHSEED := 0
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help setup train test test-fast lint format bench clean
+.PHONY: help setup browser train test test-fast lint format bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' Makefile | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -21,10 +21,15 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)  ## create .venv and install the package (editable) with dev extras
 
+browser:  ## Debian's Chromium, for the demo page's browser test (installed with apt-get when root)
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "warning: chromium is missing and this is not root: the browser test will be skipped"; fi; }
+
 train: $(STAMP)  ## train soft attention on synthetic scenes (~5 min, 2 CPUs), then caption a new image
 	$(PY) scripts/train_and_caption.py
 
-test: $(STAMP)  ## lint, then the whole test suite (slow tests included)
+test: $(STAMP) browser  ## lint, then the whole test suite (slow tests included; Chromium for the demo test)
 	$(PY) -m ruff check captioning tests scripts
 	$(PY) -m ruff format --check captioning tests scripts
 	$(PY) -m pytest -q

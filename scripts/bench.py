@@ -33,6 +33,7 @@ import torch  # noqa: E402
 
 from captioning.benchmarks.decode import bench_decode  # noqa: E402
 from captioning.benchmarks.encoders import bench_encoders  # noqa: E402
+from captioning.benchmarks.startup import bench_startup  # noqa: E402
 from captioning.benchmarks.timing import matmul_peak  # noqa: E402
 from captioning.benchmarks.train_step import bench_train_step  # noqa: E402
 
@@ -106,6 +107,7 @@ def main() -> None:
         rows += train + bench_decode(name, decoder, args, device)
         print(f"  {name}: done", file=sys.stderr, flush=True)
     rows += bench_encoders(args, device)
+    rows += bench_startup(repeats=max(3, args.repeats))
     print_table(rows)
     print(f"max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
     if args.json:

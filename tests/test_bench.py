@@ -48,6 +48,7 @@ def test_bench_script_quick_run_writes_its_table(tmp_path):
     reference = next(r for r in rows if r["what"] == "decode beam 5 (per-image reference)")
     assert reference["identical"] is True
     assert all(r["seconds"] > 0 for r in rows)
+    assert {"cli: captioning --help", "cli: captioning caption --help"} <= {r["what"] for r in rows}
     assert "| decoder | what |" in result.stdout
 
 

@@ -64,7 +64,7 @@ def validate_one_process(checkpoint, cfg) -> dict[str, float]:
         decoder=loaded.net.decoder,
         vocab=loaded.vocab.to_dict(),
         val_metrics=METRICS,
-        **loaded.decoding,
+        decoding=loaded.decoding,
     )
     trainer = pl.Trainer(
         accelerator="cpu",

@@ -60,16 +60,20 @@ class CaptionResult:
             out["candidates"] = [{"caption": c.caption, "score": c.score} for c in self.candidates]
         return out
 
-    def overlay(self, image: ImageInput, path: str | Path | None = None, **options):
-        """The attention overlay figure (``captioning.inference.viz``); saved as PNG when ``path`` is given."""
-        from captioning.inference.viz import attention_figure, save_attention_figure
+    def overlay(self, image: ImageInput, path: str | Path | None = None, **options) -> Image.Image:
+        """The attention overlay (``captioning.inference.viz.render_overlay``: one colour scale for the
+        caption, ``scale="word"`` for per-word scaling); also saved as PNG when ``path`` is given."""
+        from captioning.inference.viz import render_overlay
 
-        picture = as_pil(image)
         t, h, w = self.attention.shape
-        args = (picture, self.tokens, self.attention.reshape(t, h * w), (h, w))
+        picture = render_overlay(
+            as_pil(image), self.tokens, self.attention.reshape(t, h * w), (h, w),
+            caption=self.caption, score=self.score, **options,
+        )  # fmt: skip
         if path is not None:
-            return save_attention_figure(path, *args, **options)
-        return attention_figure(*args, **options)
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            picture.save(path)
+        return picture
 
 
 def as_pil(image: ImageInput) -> Image.Image:
@@ -135,17 +139,9 @@ class Captioner:
         """The checkpoint's decoding defaults with ``options`` (HF names) changed."""
         return self.decoding.replace(**options)
 
-    @torch.no_grad()
-    def caption(
-        self,
-        images: ImageInput | Iterable[ImageInput],
-        batch_size: int = 16,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-        **options: Any,
-    ) -> list[CaptionResult]:
-        """Caption one image or many (streamed in batches); ``seed``/``generator`` make sampling repeatable."""
-        return list(self.iter_captions(images, batch_size, seed, generator, **options))
+    def caption(self, images: ImageInput | Iterable[ImageInput], **kwargs: Any) -> list[CaptionResult]:
+        """Caption one image or many: ``iter_captions`` collected into a list (same arguments)."""
+        return list(self.iter_captions(images, **kwargs))
 
     def iter_captions(
         self,
@@ -155,7 +151,8 @@ class Captioner:
         generator: torch.Generator | None = None,
         **options: Any,
     ) -> Iterator[CaptionResult]:
-        """``caption`` as a generator: results arrive batch by batch."""
+        """Results batch by batch (streamed). ``options``: HF ``generate`` names (unset: the checkpoint's);
+        ``seed``/``generator`` make sampling repeatable."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
         config = self.generation_config(**options)
@@ -167,7 +164,8 @@ class Captioner:
             chunk = list(itertools.islice(stream, batch_size))
             if not chunk:
                 return
-            yield from self._caption_batch(chunk, start, config, generator)
+            with torch.no_grad():
+                yield from self._caption_batch(chunk, start, config, generator)
 
     def _caption_batch(
         self, chunk: list, start: int, config: GenerationConfig, generator

@@ -75,18 +75,16 @@ class WandbAttentionTable(pl.Callback):
     """Logs ``key`` as a ``wandb.Table`` with columns :data:`COLUMNS` after every validation epoch, and
     the overlays alone as ``<key>_overlays``.
 
-    ``num_images``: how many val images (the first ones of the split); ``ncols``/``panel_inches``: the
+    ``num_images``: how many val images (the first ones of the split); ``ncols``/``panel`` (pixels): the
     overlay grid layout, as in :func:`captioning.inference.viz.attention_figure`.
     """
 
-    def __init__(
-        self, num_images: int = 8, key: str = "val/attention", ncols: int = 5, panel_inches: float = 1.6
-    ):
+    def __init__(self, num_images: int = 8, key: str = "val/attention", ncols: int = 5, panel: int = 120):
         super().__init__()
         if num_images < 1:
             raise ValueError(f"WandbAttentionTable: num_images must be >= 1, got {num_images}")
         self.num_images, self.key = num_images, key
-        self.ncols, self.panel_inches = ncols, panel_inches
+        self.ncols, self.panel = ncols, panel
         self._examples: list[Example] | None = None
 
     def rows(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[list]:
@@ -96,9 +94,12 @@ class WandbAttentionTable(pl.Callback):
             loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
             self._examples = first_examples(loader.dataset, self.num_images)
         grid = (pl_module.net.grid_size, pl_module.net.grid_size)
+        panels = pl_module.decoding["max_new_tokens"] + 1  # the same layout for every caption: one image size
         rows = []
         for ex, cap in zip(self._examples, caption_examples(pl_module, self._examples)):
-            overlay = figure_array(ex.image, cap.tokens, cap.attention, grid, self.ncols, self.panel_inches)
+            overlay = figure_array(
+                ex.image, cap.tokens, cap.attention, grid, ncols=self.ncols, panel=self.panel, panels=panels
+            )
             refs = "\n".join(ex.references)
             rows.append([ex.image_id, trainer.current_epoch, " ".join(cap.tokens), refs, overlay])
         return rows
