@@ -103,6 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="runs trained at once, each in its own process with cpu_count/jobs threads (default: 1). "
         "On few cores, small models use cores better this way; train times are then measured under load",
     )
+    parser.add_argument(
+        "--replot", type=Path, default=None, metavar="RESULTS_JSON",
+        help="only redraw the chart (comparison.png beside it) from a results.json of an earlier run",
+    )  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every training run")
     args = parser.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -259,36 +263,69 @@ def markdown(rows: list[dict], summary: dict, args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bar_chart(summary: dict, columns: list[str], path: Path, title: str) -> None:
-    """Grouped bars: one group per metric, one bar per configuration, ±1 std error bars."""
+def bar_chart(summary: dict, rows: list[dict], columns: list[str], path: Path, title: str) -> None:
+    """Grouped bars (mean ± std over seeds) with every seed as a dot: the 0-1 metrics on the left axis,
+    CIDEr-D (0-10 scale) on its own axis on the right, so neither flattens the other."""
     labels = list(summary)
+    unit = [c for c in columns if c != "CIDEr"]
+    panels = (
+        [(unit, "score (0-1 scale)"), (["CIDEr"], "CIDEr-D")]
+        if "CIDEr" in columns
+        else [(unit, "score (0-1)")]
+    )
+    widths = [len(cols) for cols, _ in panels]
+    fig, axes = plt.subplots(1, len(panels), figsize=(1.3 * sum(widths) + 3, 4.5), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})  # fmt: skip
     width = 0.8 / len(labels)
-    x = np.arange(len(columns))
-    fig, ax = plt.subplots(figsize=(1.4 * len(columns) + 2, 4.5))
-    for i, label in enumerate(labels):
-        means = [summary[label].get(c, (np.nan, 0.0))[0] for c in columns]
-        stds = [summary[label].get(c, (np.nan, 0.0))[1] for c in columns]
-        ax.bar(x + (i - (len(labels) - 1) / 2) * width, means, width, yerr=stds, capsize=3, label=label)
-    ax.set_xticks(x, [COLUMNS[c] for c in columns])
-    ax.set_ylabel("score (0-1 scale), mean ± std over seeds")
-    ax.set_title(title)
-    ax.legend()
-    ax.grid(axis="y", alpha=0.3)
+    for ax, (cols, ylabel) in zip(axes[0], panels):
+        x = np.arange(len(cols))
+        for i, label in enumerate(labels):
+            offset = x + (i - (len(labels) - 1) / 2) * width
+            means = [summary[label].get(c, (np.nan, 0.0))[0] for c in cols]
+            stds = [summary[label].get(c, (np.nan, 0.0))[1] for c in cols]
+            ax.bar(offset, means, width, yerr=stds, capsize=3, label=label, alpha=0.85)
+            for j, c in enumerate(cols):  # every seed as a dot over its bar
+                seeds = [r[c] for r in rows if r["label"] == label and r.get(c) is not None]
+                ax.plot(np.full(len(seeds), offset[j]), seeds, "k.", ms=4)
+        ax.set_xticks(x, [COLUMNS[c] for c in cols], rotation=20)
+        ax.set_ylabel(f"{ylabel}; bars: mean ± std, dots: seeds")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def relative(path: str, base: Path) -> str:
+    """``path`` relative to ``base`` (generated files carry no machine's absolute paths)."""
+    return os.path.relpath(path, base) if path else path
+
+
+def replot(results: Path) -> Path:
+    """Redraw ``comparison.png`` beside ``results``, from its rows alone (no training)."""
+    rows = json.loads(results.read_text())
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    first, seeds = rows[0], sorted({r["seed"] for r in rows})
+    title = f"beam {first['decoding'].get('num_beams', first['decoding'].get('beam_size'))}, {len(seeds)} seeds per configuration"
+    out = results.with_name("comparison.png")
+    bar_chart(summarise(rows, labels), rows, present_columns(rows), out, title)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.replot is not None:
+        print(f"wrote {replot(args.replot)}")
+        return 0
     configure_process()  # as captioning-train does (captioning/cli/runtime.py)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    rows = run_all(args)
+    rows = [{**r, "checkpoint": relative(r["checkpoint"], args.out_dir)} for r in run_all(args)]
     summary = summarise(rows, [label for label, _ in args.runs])
     (args.out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     (args.out_dir / "comparison.md").write_text(markdown(rows, summary, args))
     title = f"{args.split} split, beam {args.num_beams}, {len(args.seeds)} seeds per configuration"
-    bar_chart(summary, present_columns(rows), args.out_dir / "comparison.png", title)
+    bar_chart(summary, rows, present_columns(rows), args.out_dir / "comparison.png", title)
     print((args.out_dir / "comparison.md").read_text())
     print(
         f"wrote {args.out_dir / 'comparison.md'}, {args.out_dir / 'comparison.png'}, {args.out_dir / 'results.json'}"

@@ -290,3 +290,24 @@ def test_read_real_flickr8k_train_and_dev() -> None:
     assert not {r.image_id for r in train} & {r.image_id for r in dev}
     first = (FLICKR8K / "Flickr_8k.trainImages.txt").read_text(encoding="utf-8").split()[0]
     assert train[0].path == FLICKR8K.resolve() / "Flicker8k_Dataset" / first
+
+
+def test_flickr8k_split_test_is_an_error_naming_the_lists_found_or_the_real_test_split(
+    tmp_path: Path,
+) -> None:
+    """split=test never scores the dev images under another name (the evaluate trap)."""
+    from captioning.data.sources import MissingSplit, RecordSource, flickr8k_split
+    from captioning.inference.evaluation import build_source
+    from captioning.training.config import compose_config
+
+    root = _flickr(tmp_path)
+    cfg, _ = compose_config("eval", ["data=flickr8k", f"paths.flickr8k={root}", "split=test"])
+    with pytest.raises(DatasetError) as info:
+        build_source(cfg.data, cfg.split)
+    message = str(info.value)
+    assert "Flickr_8k.testImages.txt: not found" in message
+    assert "split lists found: Flickr_8k.devImages.txt, Flickr_8k.trainImages.txt" in message
+    assert isinstance(flickr8k_split(str(root), "test"), MissingSplit)
+    (root / "Flickr_8k.testImages.txt").write_text("111_a.jpg\n", encoding="utf-8")  # now it has one
+    source = build_source(cfg.data, cfg.split)
+    assert isinstance(source, RecordSource) and [source.image_id(i) for i in range(len(source))] == ["111_a"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -33,10 +34,13 @@ NUM_IMAGES = 3
 
 @pytest.fixture
 def wandb_home(tmp_path, monkeypatch):
-    """Offline W&B whose caches and artifact staging stay inside tmp_path."""
+    """Offline W&B whose caches stay inside tmp_path; artifact staging is left to the run (WandbRunSummary
+    puts it in the run folder unless WANDB_DATA_DIR is set)."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    for var in ("WANDB_DATA_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
+    monkeypatch.setenv("WANDB_DATA_DIR", "")  # recorded, so the run's own setting is undone afterwards
+    monkeypatch.delenv("WANDB_DATA_DIR")
+    for var in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR"):
         monkeypatch.setenv(var, str(tmp_path / "wandb_home" / var.lower()))
     return tmp_path
 
@@ -147,6 +151,28 @@ def test_offline_wandb_run_holds_metrics_config_table_and_overlays(wandb_home):
         assert pixels.shape[0] >= 100 and pixels.shape[1] >= 150 and pixels.std() > 5
     overlay_rows = [row for row in history if "val/attention_overlays/filenames" in row]
     assert [len(r["val/attention_overlays/filenames"]) for r in overlay_rows] == [NUM_IMAGES, NUM_IMAGES]
+    assert len({Image.open(png).size for png in pngs}) == 1  # one size, whatever the caption's length
+
+    # The summary holds the best monitored value and the parameter counts.
+    summary = {}
+    for r in records:
+        if r.WhichOneof("record_type") == "summary":
+            summary.update(
+                {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in r.summary.update
+                }
+            )
+    assert summary["best/val/CIDEr"] == pytest.approx(max(csv_cider), rel=1e-6)
+    assert summary["params/trainable"] == sum(p.numel() for p in model.net.parameters()) > 0
+    assert config_keys(records)["params"]["total"] == summary["params/total"]
+
+    # Everything `wandb sync` needs is inside the run folder: the staged table files too.
+    staged = list((wandb_home / "wandb" / "data").rglob("*"))
+    assert any(p.is_file() for p in staged), "no artifact staged inside the run folder"
+    text = b"".join(r.SerializeToString() for r in records)
+    for path in re.findall(rb"(/[^\x00-\x1f\"]*?/artifacts/staging/[^\x00-\x1f\"]+)", text):
+        assert path.decode().startswith(str(wandb_home)), path
 
 
 def test_logger_configs_compose_into_one_mapping(tmp_path):

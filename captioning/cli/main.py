@@ -1,4 +1,4 @@
-"""``captioning`` command: sub-commands caption, evaluate, score, export, demo.
+"""``captioning`` command: sub-commands caption, evaluate, score, export, demo, plot.
 
 Only argparse and the sub-command modules (which import nothing heavy at module level) load before a
 command runs, so ``captioning --help`` answers at once; torch, Lightning and Hydra load in ``run``."""
@@ -13,9 +13,16 @@ from captioning.cli.runtime import configure_process
 configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE offline unless set
 
 from captioning import __version__  # noqa: E402
-from captioning.cli import caption, demo, evaluate, export, score  # noqa: E402
+from captioning.cli import caption, demo, evaluate, export, plot, score  # noqa: E402
 
-SUBCOMMANDS = {"caption": caption, "evaluate": evaluate, "score": score, "export": export, "demo": demo}
+SUBCOMMANDS = {
+    "caption": caption,
+    "evaluate": evaluate,
+    "score": score,
+    "export": export,
+    "demo": demo,
+    "plot": plot,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from captioning.data.images import image_to_tensor
-from captioning.data.sources import CaptionSource
+from captioning.data.sources import CaptionSource, MissingSplit
 from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
 
@@ -123,7 +123,9 @@ class CaptionDataModule(pl.LightningDataModule):
         super().__init__()
         if batch_size <= 0 or eval_batch_size <= 0:
             raise ValueError(f"batch sizes must be positive, got {batch_size} and {eval_batch_size}")
-        self.sources = {"train": train, "val": val, "test": test if test is not None else val}
+        if test is None:  # never an alias of val: a "test" score of the dev images would be a lie
+            test = MissingSplit("the data config has no test split (data.test is null); evaluate split=val")
+        self.sources = {"train": train, "val": val, "test": test}
         self.image_size, self.batch_size, self.eval_batch_size = image_size, batch_size, eval_batch_size
         self.num_workers, self.min_word_count = num_workers, min_word_count
         self.max_caption_length = max_caption_length

@@ -7,10 +7,12 @@ module builds the vocabulary and the train/val datasets on top of any of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from PIL import Image
 
 from captioning.data.images import load_rgb
+from captioning.data.readers import FLICKR8K_SPLIT_FILES, DatasetError, read_flickr8k
 from captioning.data.synthetic import Scene, SceneObject, render_scene
 
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
@@ -79,3 +81,31 @@ class RecordSource(CaptionSource):
 
     def image_id(self, i: int) -> int | str:
         return self.records[i].image_id
+
+
+class MissingSplit(CaptionSource):
+    """A split the data set does not have: any use raises one DatasetError saying why and what exists.
+
+    Configs name it instead of aliasing another split, so that ``split=test`` can never score the dev
+    images under the label ``test``."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def _refuse(self, *args):
+        raise DatasetError(self.reason)
+
+    __len__ = image = captions = image_id = _refuse
+
+
+def flickr8k_split(root: str, split: str) -> CaptionSource:
+    """Flickr8k's ``split`` when its split list is in ``root``, else a :class:`MissingSplit` naming the split
+    lists found (the test list is not part of every copy: ``../shared/data/flickr8k`` has train and dev)."""
+    path = Path(root) / FLICKR8K_SPLIT_FILES[split]
+    if path.is_file():
+        return RecordSource(read_flickr8k(root, split))
+    found = sorted(p.name for p in Path(root).glob("Flickr_8k.*Images.txt")) if Path(root).is_dir() else []
+    return MissingSplit(
+        f"{path}: not found, so this Flickr8k copy has no {split!r} split (split lists found: "
+        f"{', '.join(found) or 'none'}); evaluate split=val, or add {path.name} and its images"
+    )

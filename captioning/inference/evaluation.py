@@ -27,7 +27,8 @@ from omegaconf import DictConfig
 from captioning.checkpoints.load import LoadedCaptioner, load_captioner
 from captioning.data.datamodule import ImageLoader
 from captioning.data.features import FeatureCache
-from captioning.data.sources import CaptionSource, SyntheticSource
+from captioning.data.readers import DatasetError
+from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
 from captioning.metrics.grounding import GroundingSample, grounding_accuracy
@@ -77,15 +78,18 @@ class Evaluation:
 
 
 def build_source(data_cfg: DictConfig, split: str) -> CaptionSource:
-    """Instantiate only the source of ``split`` from a data config (a missing test split means val)."""
+    """Instantiate only the source of ``split`` from a data config; a split the data set does not have is
+    an error saying which exist (never another split under its name)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     node = data_cfg.get(split)
-    if node is None and split == "test":
-        node = data_cfg.get("val")
     if node is None:
-        raise ValueError(f"the data config has no {split!r} split")
-    return hydra.utils.instantiate(node)
+        have = [s for s in SPLITS if data_cfg.get(s) is not None]
+        raise ValueError(f"the data config has no {split!r} split (it has {', '.join(have)})")
+    source = hydra.utils.instantiate(node)
+    if isinstance(source, MissingSplit):
+        raise DatasetError(source.reason)
+    return source
 
 
 @torch.no_grad()
@@ -180,7 +184,7 @@ def write_evaluation(evaluation: Evaluation, out_dir: str | Path) -> tuple[Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path, scores_path = out_dir / "results.json", out_dir / "scores.json"
     results_path.write_text(json.dumps(evaluation.decoded.results(), indent=1) + "\n")
-    payload = {**evaluation.to_dict(), "results_file": str(results_path)}
+    payload = {**evaluation.to_dict(), "results_file": results_path.name}  # beside it: no absolute paths
     scores_path.write_text(json.dumps(payload, indent=2) + "\n")
     return results_path, scores_path
 

@@ -64,7 +64,8 @@ def spice_models_missing() -> str | None:
     needed = [lib / f"{spice_models.JAR}.jar", lib / f"{spice_models.JAR}-models.jar"]
     missing = [p.name for p in needed if not p.is_file()]
     if missing:
-        return f"Stanford CoreNLP jars {missing} are not in {lib} (pycocoevalcap would try to download them)"
+        where = "pycocoevalcap/spice/" + spice_models.SPICELIB  # relative: reports carry no machine's paths
+        return f"Stanford CoreNLP jars {missing} are not in {where} (pycocoevalcap would try to download them)"
     return None
 
 

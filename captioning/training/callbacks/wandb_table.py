@@ -111,6 +111,10 @@ class WandbAttentionTable(pl.Callback):
             return
         import wandb  # only needed once a WandbLogger exists
 
+        from captioning.training.callbacks.wandb_summary import stage_inside
+
+        stage_inside(logger.save_dir or trainer.default_root_dir)  # the table's files stay in the run folder
+
         rows = self.rows(trainer, pl_module)
         table = wandb.Table(columns=COLUMNS, data=[[*row[:4], wandb.Image(row[4])] for row in rows])
         # The table lives in a W&B artifact; the same overlays are also logged as plain media (one slider
