@@ -70,8 +70,8 @@ def test_n_best_and_seeded_sampling_through_the_api(ckpt, scene_png):
 
 def test_overlay_is_drawn_from_the_result(ckpt, scene_png, tmp_path):
     (result,) = Captioner.from_checkpoint(ckpt).caption(scene_png)
-    path = result.overlay(scene_png, tmp_path / "overlay.png")
-    assert Image.open(path).size[0] > 100
+    picture = result.overlay(scene_png, tmp_path / "overlay.png")
+    assert Image.open(tmp_path / "overlay.png").size == picture.size and picture.size[0] > 100
 
 
 def test_importing_the_package_is_lazy_and_changes_nothing():

@@ -141,3 +141,44 @@ def test_unknown_decoder_option_is_refused() -> None:
         compose_train([*TINY, "model.decoder.hiden_dim=8"])
     assert "model.decoder.hiden_dim" in str(info.value)
     assert "Key 'hiden_dim' is not in struct" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("seed=abc", "seed='abc': expected an integer"),
+        ("trainer.max_steps=abc", "trainer.max_steps='abc': expected an integer >= -1"),
+        ("model.optimizer.lr=-0.1", "model.optimizer.lr=-0.1: expected a number in (0, 10)"),
+        ("model.decoding.max_new_tokens=0", "max_new_tokens=0: expected an integer in [1, 1000]"),
+        ("model.val_metrics=[BLEU4]", "model.val_metrics=['BLEU4']: expected a non-empty list of Bleu_1"),
+        ("callbacks.model_checkpoint.monitor=val/CIDER", "callbacks.model_checkpoint.monitor='val/CIDER'"),
+        ("data.max_caption_length=0", "data.max_caption_length=0: expected an integer >= 1"),
+        (
+            "model.decoder.attention.attention_dim=0",
+            "model.decoder.attention.attention_dim=0: expected an integer",
+        ),
+        (
+            "model.decoder.hidden_dim=400000",
+            "model.decoder.hidden_dim=400000: expected an integer in [1, 16384]",
+        ),
+    ],
+)
+def test_config_values_are_checked_before_anything_runs(
+    override, fragment, tmp_path, no_data_no_training
+) -> None:
+    """One line naming the key, the value and what was expected; no data read, no model built, in seconds."""
+    from captioning.training.validate import ConfigError
+
+    cfg = compose_train([*TINY, override], tmp_path)
+    with pytest.raises(ConfigError) as info:
+        train(cfg)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_vocabulary_of_special_tokens_only_is_refused(tmp_path) -> None:
+    from captioning.training.validate import ConfigError
+
+    cfg = compose_train([*TINY, "data.min_word_count=100000"], tmp_path)
+    with pytest.raises(ConfigError, match="data.min_word_count=100000: no word of the training captions"):
+        train(cfg)

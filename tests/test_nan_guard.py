@@ -65,7 +65,7 @@ def _trainer_stub(global_step: int, finite_everywhere: bool | None = None) -> Si
 def test_the_guard_refuses_every_non_finite_loss(value: float) -> None:
     guard = FiniteLossGuard()
     trainer = _trainer_stub(global_step=17)
-    guard.on_train_batch_start(trainer, None, None, batch_idx=3)
+    guard.on_train_batch_start(trainer, torch.nn.Linear(2, 2), None, batch_idx=3)
     with pytest.raises(NonFiniteLossError, match=r"at global step 17 \(epoch 2, batch 3;") as info:
         guard.on_before_backward(trainer, None, torch.tensor(value))
     assert f"this rank's loss: {value}" in str(info.value)
@@ -80,3 +80,35 @@ def test_the_guard_passes_finite_losses_and_follows_other_ranks() -> None:
         guard.on_before_backward(
             _trainer_stub(global_step=1, finite_everywhere=False), None, torch.tensor(2.5)
         )
+
+
+def test_the_guard_refuses_weights_an_update_broke_before_the_next_step() -> None:
+    layer = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        layer.weight[0, 0] = float("nan")  # the loss that made this update was finite
+    with pytest.raises(
+        NonFiniteLossError, match=r"non-finite weights \(NaN/inf\) before global step 9 .* in weight"
+    ):
+        FiniteLossGuard().on_train_batch_start(_trainer_stub(global_step=9), layer, None, batch_idx=0)
+
+
+def test_non_finite_weights_are_never_written_nor_loaded(tmp_path):
+    """A checkpoint on disk is never called good wrongly: inf weights are refused on save and on load."""
+    import pytest
+    import torch
+
+    from captioning.checkpoints.load import CheckpointError, load_captioner
+    from captioning.checkpoints.save import AtomicCheckpointIO, NonFiniteWeightsError
+
+    from corpus import build_module, checkpoint_dict
+
+    checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
+    name = next(k for k, v in checkpoint["state_dict"].items() if v.is_floating_point())
+    checkpoint["state_dict"][name] = torch.full_like(checkpoint["state_dict"][name], float("inf"))
+    target = tmp_path / "last.ckpt"
+    with pytest.raises(NonFiniteWeightsError, match=f"not written: non-finite weights .* in {name}"):
+        AtomicCheckpointIO().save_checkpoint(checkpoint, target)
+    assert not target.exists() and not list(tmp_path.iterdir())
+    torch.save(checkpoint, target)  # written behind our back
+    with pytest.raises(CheckpointError, match="refused: non-finite weights"):
+        load_captioner(target)

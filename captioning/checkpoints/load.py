@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
 from captioning.models.captioner import CaptionModel
@@ -28,7 +29,10 @@ from captioning.models.registry import MODEL_CLASSES, canonical_name
 
 
 class CheckpointError(ValueError):
-    """A file that cannot be used as a captioning checkpoint, with the path and the reason."""
+    """A file that cannot be used as a captioning checkpoint, with the path and the reason (one line)."""
+
+    def __init__(self, message: object):
+        super().__init__(" ".join(str(message).split()))  # torch's multi-line reasons folded into one
 
 
 @dataclass
@@ -184,7 +188,7 @@ def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -
         raise CheckpointError(
             f"{path}: the vocabulary has {len(vocab)} words but the decoder was built for {net.decoder.vocab_size}"
         )
-    bad = [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    bad = non_finite_tensors(state)
     if bad:
         raise CheckpointError(
             f"{path}: refused: non-finite weights (NaN/inf) in {', '.join(bad[:3])}"

@@ -62,8 +62,23 @@ def remove_stale_temps(target: Path) -> list[Path]:
     return removed
 
 
+class NonFiniteWeightsError(RuntimeError):
+    """Weights with NaN/inf: never written as a checkpoint, so no file on disk is ever called good wrongly."""
+
+
+def non_finite_tensors(state: dict[str, Any]) -> list[str]:
+    """Names of the floating tensors of ``state`` that hold a NaN or an infinity."""
+    return [
+        name
+        for name, t in state.items()
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all())
+    ]
+
+
 def atomic_torch_save(obj: Any, target: str | Path) -> None:
-    """``torch.save`` via a temp file, fsync and ``os.replace``: the old ``target`` survives any failure."""
+    """``torch.save`` via a temp file, fsync and ``os.replace``: the old ``target`` survives any failure.
+
+    A write that fails (a full disk, a read-only folder) raises an OSError naming ``target``."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in remove_stale_temps(target):
@@ -75,9 +90,15 @@ def atomic_torch_save(obj: Any, target: str | Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temp, target)
-    except BaseException:  # including KeyboardInterrupt: never leave the temp file behind
+    except BaseException as err:  # including KeyboardInterrupt: never leave the temp file behind
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
+        if isinstance(err, OSError | RuntimeError) and not isinstance(err, NonFiniteWeightsError):
+            # torch reports a full disk as "unexpected pos ..." without a path: say which file failed
+            reason = " ".join(str(err).split())[:200]
+            raise OSError(
+                f"{target}: could not write the checkpoint ({reason}); the previous one is intact"
+            ) from err
         raise
     _fsync_dir(target.parent)
 
@@ -90,6 +111,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
+        bad = non_finite_tensors(checkpoint.get("state_dict", {}))
+        if bad:  # the step that broke the weights can still have had a finite loss
+            raise NonFiniteWeightsError(
+                f"{path}: not written: non-finite weights (NaN/inf) in {', '.join(bad[:3])}"
+                + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+                + "; the checkpoints already on disk are the last good ones (resume with ckpt_path=last)"
+            )
         fs, local_path = url_to_fs(str(path))  # "file:///x" and "/x" -> "/x"
         if not isinstance(fs, LocalFileSystem):
             super().save_checkpoint(checkpoint, path)

@@ -64,8 +64,14 @@ def spice_models_missing() -> str | None:
     needed = [lib / f"{spice_models.JAR}.jar", lib / f"{spice_models.JAR}-models.jar"]
     missing = [p.name for p in needed if not p.is_file()]
     if missing:
-        where = "pycocoevalcap/spice/" + spice_models.SPICELIB  # relative: reports carry no machine's paths
-        return f"Stanford CoreNLP jars {missing} are not in {where} (pycocoevalcap would try to download them)"
+        import pycocoevalcap
+
+        site = Path(pycocoevalcap.__file__).resolve().parent.parent
+        # Inside the installed package: say so without this machine's path (reports get committed).
+        where = lib.resolve().relative_to(site) if lib.resolve().is_relative_to(site) else lib
+        return (
+            f"Stanford CoreNLP jars {missing} are not in {where} (pycocoevalcap would try to download them)"
+        )
     return None
 
 

@@ -21,6 +21,7 @@ from captioning.training.build import build_model  # noqa: E402
 from captioning.training.config import CONFIG_DIR  # noqa: E402
 from captioning.training.preflight import check_model_config  # noqa: E402
 from captioning.training.resume import check_resume_matches, resolve_ckpt_path  # noqa: E402
+from captioning.training.validate import check_config, check_vocabulary  # noqa: E402
 
 
 def instantiate_dict(cfg: DictConfig | None) -> list:
@@ -37,13 +38,15 @@ def finish_runs(loggers: list) -> None:
 
 def train(cfg: DictConfig) -> str:
     # Config mistakes fail here in seconds, before the data is read or any training time is spent.
-    check_model_config(cfg)
+    check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
+    check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), cfg.output_dir)  # "last" -> output_dir/checkpoints
     pl.seed_everything(cfg.seed, workers=True)
 
     # Data first: the vocabulary fixes the decoder's output size.
     datamodule = hydra.utils.instantiate(cfg.data)
     vocab = datamodule.build_vocab()
+    check_vocabulary(vocab, cfg.data.min_word_count)
     with open_dict(cfg):
         cfg.model.decoder.vocab_size = len(vocab)  # logged with the rest of the config
 

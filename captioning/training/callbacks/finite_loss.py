@@ -28,6 +28,16 @@ class FiniteLossGuard(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int
     ) -> None:
         self._epoch, self._batch_idx = trainer.current_epoch, batch_idx
+        # The step that breaks the weights can still have had a finite loss: look at the weights too.
+        bad = [n for n, p in pl_module.named_parameters() if not bool(torch.isfinite(p.detach()).all())]
+        if trainer.strategy.reduce_boolean_decision(not bad, all=True):
+            return
+        raise NonFiniteLossError(
+            f"non-finite weights (NaN/inf) before global step {trainer.global_step} (epoch {self._epoch}, "
+            f"batch {batch_idx}) in {', '.join(bad[:3]) or 'another rank'}: the previous update broke them "
+            f"(its loss was finite). No checkpoint holds them (non-finite weights are never written). "
+            f"{_last_checkpoint(trainer)}"
+        )
 
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Tensor) -> None:
         finite = bool(torch.isfinite(loss.detach()).all())

@@ -1,0 +1,101 @@
+"""Config checks that need no model and no data: run first by ``captioning-train``, in well under a second.
+
+Each mistake is one line naming the key, the value and what was expected, e.g.
+``seed='abc': expected an integer`` or ``callbacks.model_checkpoint.monitor='val/CIDER': expected one of
+val/Bleu_4, val/CIDEr, val/loss, val/xent``; a config with several mistakes lists them all. The model's own
+constructors check what depends on the built network (``preflight.check_model_config``); the vocabulary
+is checked once the data has been read (``check_vocabulary``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from captioning.data.vocab import SPECIALS
+from captioning.decoding.config import GenerationConfig
+from captioning.metrics.names import METRICS
+
+MAX_SIZE = 16_384  # any layer width or count beyond this is a typo, not a model for this codebase
+
+
+class ConfigError(ValueError):
+    """One or more config values that cannot work, each named with the expected value."""
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _get(cfg: DictConfig, key: str) -> Any:
+    return OmegaConf.select(cfg, key, default=None)
+
+
+def _sizes(node: Any, prefix: str, problems: list[str]) -> None:
+    """Every *_dim / num_* / *_size entry of the model: an integer in range (position_dim may be 0)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{prefix}.{key}"
+            if isinstance(value, dict):
+                _sizes(value, here, problems)
+            elif key.endswith("_dim") or key.startswith("num_") or key in ("grid_size", "width"):
+                low = 0 if key in ("position_dim",) else 1
+                if not _is_int(value) or not low <= value <= MAX_SIZE:
+                    problems.append(f"{here}={value!r}: expected an integer in [{low}, {MAX_SIZE}]")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` listing every value below that cannot work."""
+    problems: list[str] = []
+
+    def need(ok: bool, key: str, expected: str) -> None:
+        if not ok:
+            problems.append(f"{key}={_get(cfg, key)!r}: expected {expected}")
+
+    need(_is_int(_get(cfg, "seed")), "seed", "an integer")
+    for key in ("trainer.max_epochs", "trainer.max_steps"):
+        value = _get(cfg, key)
+        need(value is None or (_is_int(value) and value >= -1), key, "an integer >= -1 (-1 = no limit)")
+    for key in ("trainer.log_every_n_steps", "trainer.accumulate_grad_batches"):
+        value = _get(cfg, key)
+        need(value is None or (_is_int(value) and value >= 1), key, "an integer >= 1")
+    clip = _get(cfg, "trainer.gradient_clip_val")
+    need(
+        clip is None or (_is_number(clip) and clip >= 0), "trainer.gradient_clip_val", "a number >= 0 or null"
+    )
+    lr = _get(cfg, "model.optimizer.lr")
+    need(lr is None or (_is_number(lr) and 0 < lr < 10), "model.optimizer.lr", "a number in (0, 10)")
+    for key in ("data.batch_size", "data.eval_batch_size", "data.min_word_count", "data.max_caption_length"):
+        value = _get(cfg, key)
+        need(value is None or (_is_int(value) and value >= 1), key, "an integer >= 1")
+    try:
+        GenerationConfig.from_dict(OmegaConf.to_container(cfg.model.decoding), where="model.decoding")
+    except (ValueError, TypeError) as err:
+        problems.append(str(err))
+    metrics = list(_get(cfg, "model.val_metrics") or [])
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown or not metrics:
+        problems.append(f"model.val_metrics={metrics!r}: expected a non-empty list of {', '.join(METRICS)}")
+    logged = sorted({f"val/{m}" for m in metrics} | {"val/loss", "val/xent"})
+    for name, node in (cfg.get("callbacks") or {}).items():
+        monitor = node.get("monitor") if isinstance(node, DictConfig) else None
+        if monitor is not None and monitor not in logged:
+            problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(logged)}")
+    model = OmegaConf.to_container(cfg.model, resolve=True)  # feature_dim: ${..encoder.out_dim} -> 112
+    _sizes({k: v for k, v in model.items() if k in ("encoder", "decoder")}, "model", problems)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def check_vocabulary(vocab, min_word_count: int, source: str = "the training captions") -> None:
+    """A vocabulary of special tokens only cannot caption anything: refuse it naming the threshold."""
+    if len(vocab) <= len(SPECIALS):
+        raise ConfigError(
+            f"data.min_word_count={min_word_count}: no word of {source} occurs that often, so the vocabulary "
+            "has special tokens only; expected a threshold that keeps real words"
+        )
