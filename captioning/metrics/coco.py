@@ -64,9 +64,7 @@ def spice_models_missing() -> str | None:
     needed = [lib / f"{spice_models.JAR}.jar", lib / f"{spice_models.JAR}-models.jar"]
     missing = [p.name for p in needed if not p.is_file()]
     if missing:
-        import pycocoevalcap
-
-        site = Path(pycocoevalcap.__file__).resolve().parent.parent
+        site = Path(spice_models.__file__).resolve().parents[2]  # .../site-packages (a namespace package)
         # Inside the installed package: say so without this machine's path (reports get committed).
         where = lib.resolve().relative_to(site) if lib.resolve().is_relative_to(site) else lib
         return (
