@@ -119,7 +119,10 @@ class CaptionDataModule(pl.LightningDataModule):
         min_word_count: int = 1,
         max_caption_length: int = 30,
         feature_cache: FeatureCache | None = None,
+        train_items: str = "pairs",
     ):
+        """``train_items``: "pairs" (one image-caption pair per item, cross-entropy) or "images" (one image
+        with all its references per item, for sequence-level objectives such as self-critical training)."""
         super().__init__()
         if batch_size <= 0 or eval_batch_size <= 0:
             raise ValueError(f"batch sizes must be positive, got {batch_size} and {eval_batch_size}")
@@ -130,6 +133,9 @@ class CaptionDataModule(pl.LightningDataModule):
         self.num_workers, self.min_word_count = num_workers, min_word_count
         self.max_caption_length = max_caption_length
         self.feature_cache = feature_cache
+        if train_items not in ("pairs", "images"):
+            raise ValueError(f"data.train_items={train_items!r}: expected 'pairs' or 'images'")
+        self.train_items = train_items
         self.vocab: Vocab | None = None
         self.splits: dict[str, EncodedSplit] = {}
 
@@ -171,9 +177,8 @@ class CaptionDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(
-            PairDataset(self.split("train"), self.inputs("train")), self.batch_size, shuffle=True
-        )
+        dataset = PairDataset if self.train_items == "pairs" else ImageDataset
+        return self._loader(dataset(self.split("train"), self.inputs("train")), self.batch_size, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(ImageDataset(self.split("val"), self.inputs("val")), self.eval_batch_size, False)

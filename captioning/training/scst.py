@@ -1,0 +1,129 @@
+"""Self-critical sequence training (Rennie et al. 2017) with the baseline of Luo (2020).
+
+For every training image, K captions are sampled from the model, w^k ~ p(w | I); each earns the reward
+r^k = CIDEr-D(w^k; references of I) with document frequencies from the *training* references
+(``captioning.metrics.cider``). The baseline of sample k is the mean reward of the image's other K−1
+samples, b^k = (Σ_j r^j − r^k) / (K − 1): it does not depend on w^k, so the estimator stays unbiased,
+and unlike the greedy baseline of Rennie et al. it needs no extra decode (Luo 2020, "a better variant
+of self-critical sequence training"). The loss, minimised, per sampled token:
+
+    L = − Σ_k (r^k − b^k) Σ_t log p(w^k_t | w^k_<t, I)  /  (number of sampled tokens)
+
+``<end>`` is one of the sampled tokens: its log-probability gets the caption's advantage like every word,
+so the model learns when to stop; the reward scores the words only (``<end>`` removed, as the metric
+would see the caption). Sampling and the teacher-forced pass run in eval mode (no dropout), so the
+log-probabilities are those of the policy that sampled. Hard attention layers take their argmax location
+in eval mode: SCST then trains the word policy given those locations (the location scores get no
+gradient from it; their REINFORCE term is the cross-entropy objective's).
+
+Switched on by composition, from a cross-entropy checkpoint (weights only, a new optimizer):
+``captioning-train experiment=flickr8k_soft objective=scst init_from=CKPT``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from captioning.data.tokenize import tokenize
+from captioning.data.vocab import Vocab
+from captioning.decoding import generate
+from captioning.metrics.cider import CiderD
+from captioning.training.lit_module import CaptionLitModule
+
+
+def leave_one_out(rewards: Tensor, k: int) -> Tensor:
+    """(B·K,) rewards, an image's K adjacent -> each sample's baseline, the mean of the other K−1."""
+    per_image = rewards.view(-1, k)  # (B, K)
+    return ((per_image.sum(1, keepdim=True) - per_image) / (k - 1)).view(-1)
+
+
+class SelfCriticalLitModule(CaptionLitModule):
+    def __init__(
+        self,
+        *args: Any,
+        num_samples: int = 5,
+        init_from: str | None = None,
+        sample_temperature: float = 1.0,
+        sample_max_new_tokens: int = 16,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        if num_samples < 2:
+            raise ValueError(
+                f"objective scst: num_samples={num_samples}, expected >= 2 (a leave-one-out baseline)"
+            )
+        self.num_samples, self.init_from = num_samples, init_from
+        self.sample_temperature, self.sample_max_new_tokens = sample_temperature, sample_max_new_tokens
+        self.reward: CiderD | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        if stage != "fit":
+            return
+        datamodule = self.trainer.datamodule
+        if getattr(datamodule, "train_items", "pairs") != "images":
+            raise ValueError(
+                "objective scst needs data.train_items=images (whole images with their references)"
+            )
+        source = datamodule.sources["train"]
+        references = [[" ".join(tokenize(c)) for c in source.captions(i)] for i in range(len(source))]
+        self.reward = CiderD(references)  # document frequencies of the training references, once
+
+    def on_fit_start(self) -> None:
+        if self.init_from and self.trainer.ckpt_path is None:  # a resumed SCST run has its own weights
+            self.load_initial_weights(self.init_from)
+
+    def load_initial_weights(self, path: str) -> None:
+        """Weights only from a cross-entropy checkpoint or export; its vocabulary and network must be ours."""
+        from captioning.checkpoints.load import CheckpointError, load_captioner
+
+        loaded = load_captioner(path)
+        if loaded.vocab.itos != self.vocab.itos:
+            raise CheckpointError(
+                f"init_from={path}: its vocabulary ({len(loaded.vocab)} words) is not this run's "
+                f"({len(self.vocab)} words); start from a checkpoint trained on the same data"
+            )
+        mine, theirs = type(self.net.decoder).__name__, type(loaded.net.decoder).__name__
+        try:
+            self.net.load_state_dict(loaded.net.state_dict(), strict=True)
+        except RuntimeError as err:
+            raise CheckpointError(
+                f"init_from={path}: its network ({theirs} over {type(loaded.net.encoder).__name__}) does not "
+                f"fit this run's ({mine} over {type(self.net.encoder).__name__}): {err}"
+            ) from err
+
+    # -- the self-critical step -----------------------------------------------------------------------
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        k = self.num_samples
+        self.net.eval()  # sample and score the same policy (no dropout), see the module docstring
+        features = self.net.encode(batch["images"])  # (B, L, D)
+        sampled = generate(
+            self.net.decoder, features.detach(), do_sample=True, num_return_sequences=k,
+            temperature=self.sample_temperature, max_new_tokens=self.sample_max_new_tokens,
+        )  # fmt: skip  # (B·K, T) ids with <end>, an image's K samples adjacent
+        tokens = sampled.tokens
+        captions = [" ".join(self.vocab.decode(row.tolist())) for row in tokens]
+        images = batch["indices"].repeat_interleave(k).tolist()
+        rewards = torch.as_tensor(
+            self.reward.scores(captions, images), dtype=torch.float32, device=tokens.device
+        )
+        advantage = rewards - leave_one_out(rewards, k)  # (B·K,)
+        start = torch.full_like(tokens[:, :1], Vocab.start_id)
+        inputs = torch.cat([start, tokens[:, :-1]], 1)  # (B·K, T): <start> w_1 .. w_{T-1}
+        mask = (tokens != Vocab.pad_id).float()  # (B·K, T): words and <end>
+        output = self.net.decoder(features.repeat_interleave(k, dim=0), inputs)  # logits (B·K, T, V)
+        logp = torch.log_softmax(output.logits.float(), -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        loss = -(advantage.unsqueeze(1) * logp * mask).sum() / mask.sum().clamp_min(1.0)
+        b = len(batch["indices"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=b)
+        self.log("train/reward", rewards.mean(), prog_bar=True, batch_size=b)
+        self.log("train/reward_std", rewards.std(), batch_size=b)
+        self.log("train/sample_length", mask.sum(1).mean(), batch_size=b)
+        self.log("train/sample_log_prob", (logp * mask).sum(1).mean().detach(), batch_size=b)
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        self.net.train()

@@ -1,0 +1,92 @@
+"""Self-critical training: the fast CIDEr-D reward equals the toolkit's, the baseline is leave-one-out,
+and a run starts from a cross-entropy checkpoint's weights (refusing another vocabulary)."""
+
+import json
+import random
+
+import pytest
+import torch
+from pycocoevalcap.cider.cider import Cider
+
+from captioning.checkpoints.load import CheckpointError, load_captioner
+from captioning.metrics.cider import CiderD
+from captioning.training.build import build_model
+from captioning.training.scst import leave_one_out
+from captioning.training.train import train
+
+from conftest import SHARED_DATA, TINY, compose_train
+
+DEMO = SHARED_DATA / "coco_caption_eval"
+WORDS = [
+    "a",
+    "man",
+    "dog",
+    "red",
+    "ball",
+    "on",
+    "the",
+    "grass",
+    "runs",
+    "with",
+    "two",
+    "children",
+    "in",
+    "park",
+]
+
+
+def random_caption(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
+
+
+def test_cider_d_equals_pycocoevalcap_on_random_captions():
+    rng = random.Random(0)
+    refs = {i: [random_caption(rng) for _ in range(rng.randint(1, 5))] for i in range(60)}
+    hyps = {i: [random_caption(rng)] for i in range(60)}
+    theirs, per_image = Cider().compute_score(refs, hyps)
+    reward = CiderD([refs[i] for i in range(60)])
+    assert reward.corpus_score([hyps[i][0] for i in range(60)]) == pytest.approx(theirs, abs=1e-9)
+    assert reward.scores([hyps[i][0] for i in range(60)], range(60)) == pytest.approx(per_image, abs=1e-9)
+
+
+@pytest.mark.skipif(not DEMO.is_dir(), reason="needs ../shared/data/coco_caption_eval")
+def test_cider_d_equals_pycocoevalcap_on_the_official_demo_to_4_decimals():
+    refs = json.loads((DEMO / "references_ptbtokenized.json").read_text())
+    hyps = json.loads((DEMO / "results_ptbtokenized.json").read_text())
+    ids = list(refs)
+    theirs, _ = Cider().compute_score({i: refs[i] for i in ids}, {i: hyps[i] for i in ids})
+    ours = CiderD([refs[i] for i in ids]).corpus_score([hyps[i][0] for i in ids])
+    assert round(ours, 4) == round(theirs, 4) == 0.5998  # the demo's printed CIDEr: 0.600
+
+
+def test_leave_one_out_baseline_is_the_mean_of_the_other_samples():
+    rewards = torch.tensor([1.0, 2.0, 6.0, 0.0, 0.0, 3.0])  # two images, K = 3
+    torch.testing.assert_close(leave_one_out(rewards, 3), torch.tensor([4.0, 3.5, 1.5, 1.5, 1.5, 0.0]))
+
+
+def test_scst_starts_from_the_cross_entropy_weights_and_trains_them(tmp_path):
+    xe = train(compose_train([*TINY, "trainer.max_epochs=1"], tmp_path / "xe"))
+    start = load_captioner(xe).net.state_dict()
+    overrides = [*TINY, "objective=scst", f"init_from={xe}", "trainer.max_steps=3", "logger=csv",
+                 "trainer.log_every_n_steps=1", "model.num_samples=3"]  # fmt: skip
+    cfg = compose_train(overrides, tmp_path / "scst")
+    assert cfg.model._target_.endswith("SelfCriticalLitModule") and cfg.data.train_items == "images"
+    module = build_model(cfg.model, load_captioner(xe).vocab)
+    assert any(not torch.equal(start[n], t) for n, t in module.net.state_dict().items())  # fresh init
+    module.load_initial_weights(xe)
+    assert all(torch.equal(start[n], t) for n, t in module.net.state_dict().items())  # exactly the XE weights
+    after = load_captioner(train(cfg)).net.state_dict()
+    moved = [n for n in start if not torch.equal(start[n], after[n])]
+    assert moved  # and the self-critical updates moved them
+    (metrics,) = (tmp_path / "scst").rglob("metrics.csv")
+    header = metrics.read_text().splitlines()[0].split(",")
+    assert {"train/reward", "train/sample_length"} <= set(header)
+
+
+def test_init_from_another_vocabulary_is_refused_naming_both(tmp_path):
+    xe = train(compose_train([*TINY, "trainer.max_epochs=1", "data.train.num_images=4"], tmp_path / "xe"))
+    overrides = [*TINY, "objective=scst", f"init_from={xe}", "trainer.max_steps=1"]
+    with pytest.raises(
+        CheckpointError, match=r"init_from=.*its vocabulary \(\d+ words\) is not this run's \(\d+ words\)"
+    ):
+        train(compose_train(overrides, tmp_path / "scst"))
