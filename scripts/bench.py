@@ -33,9 +33,10 @@ import torch  # noqa: E402
 
 from captioning.benchmarks.decode import bench_decode  # noqa: E402
 from captioning.benchmarks.encoders import bench_encoders  # noqa: E402
+from captioning.benchmarks.reward import bench_reward, bench_scst_step  # noqa: E402
 from captioning.benchmarks.startup import bench_startup  # noqa: E402
 from captioning.benchmarks.timing import matmul_peak  # noqa: E402
-from captioning.benchmarks.train_step import bench_train_step  # noqa: E402
+from captioning.benchmarks.train_step import bench_train_step, build_decoder  # noqa: E402
 
 
 def print_table(rows: list[dict]) -> None:
@@ -105,9 +106,12 @@ def main() -> None:
     for name in (n.strip() for n in args.decoders.split(",")):
         decoder, train = bench_train_step(name, args, device)
         rows += train + bench_decode(name, decoder, args, device)
+        if name == "soft":
+            rows += bench_scst_step(decoder, build_decoder(name, args)[1], args, device)
         print(f"  {name}: done", file=sys.stderr, flush=True)
     rows += bench_encoders(args, device)
     rows += bench_startup(repeats=max(3, args.repeats))
+    rows += bench_reward(images=50 if args.quick else 500)
     print_table(rows)
     print(f"max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
     if args.json:
