@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export PYTHONHASHSEED := 0
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help setup browser train test test-fast lint format bench clean
+.PHONY: help setup browser train test test-fast lint format bench notebooks clean
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' Makefile | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ format: $(STAMP)  ## apply ruff formatting and autofixes
 
 bench: $(STAMP)  ## benchmark table (training step, decoding, encoder)
 	$(PY) scripts/bench.py
+
+notebooks: $(STAMP)  ## execute the notebooks in place (committed with their figures)
+	$(PY) scripts/execute_notebooks.py
 
 clean:  ## remove outputs and caches (keeps .venv)
 	rm -rf outputs multirun wandb lightning_logs .pytest_cache .ruff_cache

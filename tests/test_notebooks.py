@@ -147,3 +147,19 @@ def test_compare_soft_hard(tmp_path, monkeypatch):
     paired = stdout(tagged(nb, "paired"))
     assert "hard_gumbel - soft    CIDEr: -5.00 ± 0.00 over 3 seeds" in paired
     assert count_pngs(nb) == 2
+
+
+@pytest.mark.slow
+def test_compare_soft_hard_falls_back_to_the_committed_results(monkeypatch):
+    if list((REPO / "outputs" / "compare").glob("**/results.json")):
+        pytest.skip("a local outputs/compare run takes precedence over the committed results")
+    monkeypatch.delenv("CAPTIONING_RESULTS", raising=False)
+    nb = execute("compare_soft_hard", NOTEBOOKS)
+    printed = "".join(
+        o.get("text", "")
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o["output_type"] == "stream"
+    )
+    assert "docs/results/synthetic/results.json: 9 runs" in printed and str(REPO) not in printed
