@@ -311,3 +311,38 @@ def test_flickr8k_split_test_is_an_error_naming_the_lists_found_or_the_real_test
     (root / "Flickr_8k.testImages.txt").write_text("111_a.jpg\n", encoding="utf-8")  # now it has one
     source = build_source(cfg.data, cfg.split)
     assert isinstance(source, RecordSource) and [source.image_id(i) for i in range(len(source))] == ["111_a"]
+
+
+def test_unreadable_images_are_skipped_counted_and_listed_or_refused(tmp_path: Path, capsys) -> None:
+    """One corrupt file no longer kills a run when it comes up: checked up front, per data.on_bad_image."""
+    from captioning.data.datamodule import CaptionDataModule
+    from captioning.data.sources import RecordSource
+
+    root = _flickr(tmp_path)
+    (root / "Flicker8k_Dataset" / "111_a.jpg").write_bytes(b"not a jpeg")
+    train = RecordSource(read_flickr8k(root, "train"))
+    val = RecordSource(read_flickr8k(root, "dev"))
+    dm = CaptionDataModule(train, val, check_cache=str(tmp_path / "cache"), skipped_list=str(tmp_path / "skipped"),
+                           max_bad_fraction=0.5)  # fmt: skip
+    dm.build_vocab()
+    assert [r.image_id for r in dm.sources["train"].records] == ["222_b"]
+    listed = (tmp_path / "skipped.train.txt").read_text()
+    assert "111_a.jpg: not a readable image" in listed
+    assert "train split: skipped 1 of 2 unreadable images" in capsys.readouterr().out
+    assert (tmp_path / "cache" / "image_checks.json").is_file()  # verdicts cached for the next run
+    strict = CaptionDataModule(RecordSource(read_flickr8k(root, "train")), val, on_bad_image="raise")
+    with pytest.raises(DatasetError, match=r"train split: 1 unreadable image\(s\), the first: .*111_a.jpg"):
+        strict.build_vocab()
+    few = CaptionDataModule(RecordSource(read_flickr8k(root, "train")), val, max_bad_fraction=0.1)
+    with pytest.raises(
+        DatasetError, match="1 of 2 images are unreadable, more than data.max_bad_fraction=0.1"
+    ):
+        few.build_vocab()
+
+
+def test_a_file_name_escaping_the_image_folder_is_refused(tmp_path: Path) -> None:
+    root = _flickr(tmp_path)
+    _append(root / "Flickr8k.token.txt", "../../etc/passwd#0\tA caption .\n")
+    _append(root / "Flickr_8k.trainImages.txt", "../../etc/passwd\n")
+    with pytest.raises(DatasetError, match=r"resolves outside .*Flicker8k_Dataset"):
+        read_flickr8k(root, "train")

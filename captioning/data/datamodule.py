@@ -20,8 +20,9 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from captioning.data.images import image_to_tensor
-from captioning.data.sources import CaptionSource, MissingSplit
+from captioning.data.sources import CaptionSource, MissingSplit, RecordSource
 from captioning.data.tokenize import tokenize
+from captioning.data.verify import POLICIES, apply_policy, check_images
 from captioning.data.vocab import Vocab
 
 if TYPE_CHECKING:
@@ -120,9 +121,16 @@ class CaptionDataModule(pl.LightningDataModule):
         max_caption_length: int = 30,
         feature_cache: FeatureCache | None = None,
         train_items: str = "pairs",
+        on_bad_image: str = "skip",
+        max_bad_fraction: float = 0.01,
+        check_cache: str | None = None,
+        skipped_list: str | None = None,
     ):
         """``train_items``: "pairs" (one image-caption pair per item, cross-entropy) or "images" (one image
-        with all its references per item, for sequence-level objectives such as self-critical training)."""
+        with all its references per item, for sequence-level objectives such as self-critical training).
+        ``on_bad_image``: "skip" (default) or "raise" for unreadable images of image-file data sets, checked
+        before the vocabulary is built (``captioning.data.verify``; verdicts cached in ``check_cache``,
+        skipped files listed in ``skipped_list``), at most ``max_bad_fraction`` of a split skipped."""
         super().__init__()
         if batch_size <= 0 or eval_batch_size <= 0:
             raise ValueError(f"batch sizes must be positive, got {batch_size} and {eval_batch_size}")
@@ -136,11 +144,34 @@ class CaptionDataModule(pl.LightningDataModule):
         if train_items not in ("pairs", "images"):
             raise ValueError(f"data.train_items={train_items!r}: expected 'pairs' or 'images'")
         self.train_items = train_items
+        if on_bad_image not in POLICIES or not 0.0 <= max_bad_fraction <= 1.0:
+            raise ValueError(
+                f"data.on_bad_image={on_bad_image!r} / data.max_bad_fraction={max_bad_fraction}: expected one "
+                f"of {POLICIES} and a fraction in [0, 1]"
+            )
+        self.on_bad_image, self.max_bad_fraction = on_bad_image, max_bad_fraction
+        self.check_cache, self.skipped_list = check_cache, skipped_list
+        self._checked = False
         self.vocab: Vocab | None = None
         self.splits: dict[str, EncodedSplit] = {}
 
+    def check_images(self) -> None:
+        """Decode every image of the image-file splits once (cached); skip or raise per ``on_bad_image``."""
+        if self._checked:
+            return
+        self._checked = True
+        for name, source in self.sources.items():
+            if not isinstance(source, RecordSource):
+                continue  # synthetic scenes, missing splits: nothing on disk to check
+            bad = check_images([r.path for r in source.records], self.check_cache)
+            listing = f"{self.skipped_list}.{name}.txt" if self.skipped_list else None
+            apply_policy(name, bad, len(source), self.on_bad_image, self.max_bad_fraction, listing)
+            if bad:
+                self.sources[name] = RecordSource([r for i, r in enumerate(source.records) if i not in bad])
+
     def build_vocab(self) -> Vocab:
         """The vocabulary of the training captions (deterministic: the same on every DDP rank)."""
+        self.check_images()
         if self.vocab is None:
             src = self.sources["train"]
             captions = (tokenize(c) for i in range(len(src)) for c in src.captions(i))

@@ -84,8 +84,17 @@ def _clean_caption(raw: object, report: _Problems, where: str) -> str | None:
 
 
 def _make_record(
-    image_id: int | str, path: Path, captions: list[str], report: _Problems, where: str
+    image_id: int | str, path: Path, captions: list[str], report: _Problems, where: str, folder: Path
 ) -> ImageRecord | None:
+    """The record of one image, or None (reported) when it has no caption, its file name escapes the
+    image ``folder`` ("../../etc/passwd" is refused, not read) or its file is missing."""
+    if not path.resolve().is_relative_to(folder.resolve()):
+        report(
+            "file name outside the image folder",
+            where,
+            f"{path} resolves outside {folder}; expected a file in it",
+        )
+        return None
     if not captions:
         report("image without valid caption", where, "no valid caption; expected at least one")
         return None
@@ -164,7 +173,7 @@ def read_coco(
     for image_id in sorted(coco.getImgIds()):
         captions = [ann["caption"] for ann in coco.imgToAnns[image_id]]
         path = image_dir / coco.imgs[image_id]["file_name"]
-        record = _make_record(image_id, path, captions, report, f"{ann_file} image id {image_id}")
+        record = _make_record(image_id, path, captions, report, f"{ann_file} image id {image_id}", image_dir)
         if record is not None:
             records.append(record)
     report.warn()
@@ -227,7 +236,7 @@ def read_karpathy(
             if caption is not None:
                 captions.append(caption)
         path = image_root / filepath / entry["filename"]
-        record = _make_record(image_id, path, captions, report, where)
+        record = _make_record(image_id, path, captions, report, where, image_root)
         if record is not None:
             records.append(record)
     report.warn()
@@ -293,7 +302,7 @@ def read_flickr8k(root: str | Path, split: str, *, on_error: str = "raise") -> l
             caption = _clean_caption(raw, report, cap_where)
             if caption is not None:
                 captions.append(caption)
-        record = _make_record(Path(name).stem, image_dir / name, captions, report, where)
+        record = _make_record(Path(name).stem, image_dir / name, captions, report, where, image_dir)
         if record is not None:
             records.append(record)
     report.warn()
