@@ -10,8 +10,8 @@ from pycocoevalcap.cider.cider import Cider
 
 from captioning.checkpoints.load import CheckpointError, load_captioner
 from captioning.metrics.cider import CiderD
+from captioning.models.attention.estimators import leave_one_out_baseline
 from captioning.training.build import build_model
-from captioning.training.scst import leave_one_out
 from captioning.training.train import train
 
 from conftest import SHARED_DATA, TINY, compose_train
@@ -61,7 +61,9 @@ def test_cider_d_equals_pycocoevalcap_on_the_official_demo_to_4_decimals():
 
 def test_leave_one_out_baseline_is_the_mean_of_the_other_samples():
     rewards = torch.tensor([1.0, 2.0, 6.0, 0.0, 0.0, 3.0])  # two images, K = 3
-    torch.testing.assert_close(leave_one_out(rewards, 3), torch.tensor([4.0, 3.5, 1.5, 1.5, 1.5, 0.0]))
+    torch.testing.assert_close(
+        leave_one_out_baseline(rewards, 3), torch.tensor([4.0, 3.5, 1.5, 1.5, 1.5, 0.0])
+    )
 
 
 def test_scst_starts_from_the_cross_entropy_weights_and_trains_them(tmp_path):

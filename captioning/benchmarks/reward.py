@@ -61,8 +61,8 @@ def bench_scst_step(decoder, optimizer, args, device: torch.device, samples: int
     cross-entropy step over the same images with K reference captions each (the same B·K sequences)."""
     from captioning.decoding import generate
     from captioning.losses import caption_loss
+    from captioning.models.attention.estimators import leave_one_out_baseline
     from captioning.models.decoders.base import shift_inputs
-    from captioning.training.scst import leave_one_out
 
     b, t = max(args.batch // samples, 1), args.length
     g = torch.Generator().manual_seed(0)
@@ -91,7 +91,7 @@ def bench_scst_step(decoder, optimizer, args, device: torch.device, samples: int
         ).tokens
         caps = [" ".join(vocab.decode(r.tolist())) for r in sampled]
         r = torch.tensor(reward.scores(caps, [i // samples for i in range(len(caps))]), dtype=torch.float32)
-        adv = (r - leave_one_out(r, samples)).to(device)
+        adv = (r - leave_one_out_baseline(r, samples)).to(device)
         inputs = torch.cat([torch.full_like(sampled[:, :1], 1), sampled[:, :-1]], 1)
         logp = torch.log_softmax(decoder(features.repeat_interleave(samples, 0), inputs).logits, -1)
         logp = logp.gather(-1, sampled.unsqueeze(-1)).squeeze(-1)

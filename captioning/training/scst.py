@@ -31,13 +31,10 @@ from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
 from captioning.decoding import generate
 from captioning.metrics.cider import CiderD
+from captioning.models.attention.estimators import (
+    leave_one_out_baseline,  # the same baseline as K-sample REINFORCE
+)
 from captioning.training.lit_module import CaptionLitModule
-
-
-def leave_one_out(rewards: Tensor, k: int) -> Tensor:
-    """(B·K,) rewards, an image's K adjacent -> each sample's baseline, the mean of the other K−1."""
-    per_image = rewards.view(-1, k)  # (B, K)
-    return ((per_image.sum(1, keepdim=True) - per_image) / (k - 1)).view(-1)
 
 
 class SelfCriticalLitModule(CaptionLitModule):
@@ -110,7 +107,7 @@ class SelfCriticalLitModule(CaptionLitModule):
         rewards = torch.as_tensor(
             self.reward.scores(captions, images), dtype=torch.float32, device=tokens.device
         )
-        advantage = rewards - leave_one_out(rewards, k)  # (B·K,)
+        advantage = rewards - leave_one_out_baseline(rewards, k)  # (B·K,)
         start = torch.full_like(tokens[:, :1], Vocab.start_id)
         inputs = torch.cat([start, tokens[:, :-1]], 1)  # (B·K, T): <start> w_1 .. w_{T-1}
         mask = (tokens != Vocab.pad_id).float()  # (B·K, T): words and <end>

@@ -28,18 +28,30 @@ from torch import Tensor
 
 
 def score_function_surrogate(log_prob: Tensor, advantage: Tensor, token_mask: Tensor) -> Tensor:
-    """Σ over captions of −advantage · Σ_t log p(s_t), padded steps excluded (summed, not averaged).
+    """−Σ advantage · log p(s_t) over captions and steps, padded steps excluded (summed, not averaged).
 
-    ``log_prob`` (B, T) log α_{t, s_t} of the sampled locations, ``advantage`` (B,) r − b (detached here,
-    so no gradient can leak through the reward or the baseline), ``token_mask`` (B, T) 1 on real steps.
+    ``log_prob`` (B, T) log α_{t, s_t} of the sampled locations, ``token_mask`` (B, T) 1 on real steps,
+    ``advantage`` (B,) one r − b per caption (every location shares it), or (B, T) one per step (the
+    credit of location t, e.g. the reward of the words from t on); detached here, so no gradient can leak
+    through the reward or the baseline.
     """
-    if log_prob.shape != token_mask.shape or advantage.shape != log_prob.shape[:1]:
+    if log_prob.shape != token_mask.shape or advantage.shape not in (log_prob.shape[:1], log_prob.shape):
         raise ValueError(
             f"score_function_surrogate: log_prob {tuple(log_prob.shape)} and token_mask "
-            f"{tuple(token_mask.shape)} must both be (B, T) and advantage {tuple(advantage.shape)} must be (B,)"
+            f"{tuple(token_mask.shape)} must both be (B, T) and advantage {tuple(advantage.shape)} (B,) or (B, T)"
         )
-    caption_log_prob = (log_prob * token_mask).sum(1)  # (B,) log p(s̃ | a) = Σ_t log α_{t, s̃_t}
-    return -(advantage.detach() * caption_log_prob).sum()
+    per_step = advantage.detach() if advantage.dim() == 2 else advantage.detach().unsqueeze(1)  # (B, T|1)
+    return -(per_step * log_prob * token_mask).sum()
+
+
+def reward_to_go(token_reward: Tensor, token_mask: Tensor) -> Tensor:
+    """(B, T) -> (B, T): r_t = Σ_{u ≥ t} log p(y_u), the log-likelihood of the words from step t on.
+
+    The location chosen at step t can change only the words from t on (the state before t does not
+    depend on it), so E[∂log p(s_t) · Σ_{u<t} log p(y_u)] = 0 given the earlier locations, and crediting
+    s_t with the remaining words alone keeps eq. 11's expectation while dropping that term's variance."""
+    masked = token_reward * token_mask
+    return masked.flip(1).cumsum(1).flip(1) * token_mask  # suffix sums, 0 on padded steps
 
 
 def leave_one_out_baseline(reward: Tensor, num_samples: int) -> Tensor:

@@ -27,11 +27,13 @@ from captioning.models.attention.base import AttentionOutput, attend, entropy_of
 from captioning.models.attention.estimators import (
     leave_one_out_baseline,
     moving_average,
+    reward_to_go,
     score_function_surrogate,
 )
 from captioning.models.attention.soft import AdditiveAttention
 
 BASELINES = ("none", "moving_average", "length_scaled", "leave_one_out")
+CREDITS = ("caption", "remaining")
 
 
 def masked_log_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
@@ -104,6 +106,11 @@ class ReinforceHardAttention(HardAttention):
     ``semi_sampling_p``: per batch, with this probability the expected (soft) context Σ_i α_i a_i is used
     instead of a sample (the authors flip one coin per minibatch); such batches add no REINFORCE term and
     do not update the baseline, which estimates the reward of *sampled* attention.
+    ``credit``: "caption" (the paper's: every location of a caption is credited with r_b) or "remaining"
+    (location t with r_{b,t} = Σ_{u≥t} log p(y_u), the words it can still change; unbiased, see
+    ``estimators.reward_to_go``). With "remaining" the baselines are per step: none, a moving average
+    of the reward per token times the remaining tokens (both moving-average kinds), or the mean r_{·,t} of
+    the caption's other K − 1 samples (leave_one_out).
     """
 
     def __init__(
@@ -117,8 +124,12 @@ class ReinforceHardAttention(HardAttention):
         semi_sampling_p: float = 0.5,
         num_samples: int = 1,
         sample_at_inference: bool = False,
+        credit: str = "caption",
     ):
         super().__init__(feature_dim, query_dim, attention_dim, sample_at_inference)
+        if credit not in CREDITS:
+            raise ValueError(f"ReinforceHardAttention: credit={credit!r}, expected one of {CREDITS}")
+        self.credit = credit
         if baseline not in BASELINES:
             raise ValueError(f"ReinforceHardAttention: baseline={baseline!r}, expected one of {BASELINES}")
         if num_samples < 1 or (baseline == "leave_one_out" and num_samples < 2):
@@ -167,8 +178,17 @@ class ReinforceHardAttention(HardAttention):
     def auxiliary_loss(
         self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """``log_prob``/``entropy``/``token_mask`` (B, T), ``reward`` (B,) = log p(y | s, a), detached."""
-        reward, lengths = reward.detach(), token_mask.sum(1)  # (B,), (B,) target tokens per caption
+        """``log_prob``/``entropy``/``token_mask`` (B, T); ``reward`` (B,) = log p(y | s, a), or (B, T) the
+        per-token log p(y_t | ...) whose sum that is (needed by ``credit="remaining"``); detached."""
+        token_reward = reward.detach() if reward.dim() == 2 else None
+        reward = token_reward.mul(token_mask).sum(1) if token_reward is not None else reward.detach()  # (B,)
+        if self.credit == "remaining":
+            if token_reward is None:
+                raise ValueError(
+                    "ReinforceHardAttention(credit='remaining') needs the per-token rewards (B, T)"
+                )
+            return self._remaining_credit_loss(log_prob, entropy, token_reward, token_mask)
+        lengths = token_mask.sum(1)  # (B,) target tokens per caption
         entropy_mean = per_token_mean(entropy, token_mask)
         logs = {"reward_mean": reward.mean(), "attention_entropy": entropy_mean.detach()}
         if not self.training:  # validation: report, but neither learn nor move the baseline
@@ -200,6 +220,41 @@ class ReinforceHardAttention(HardAttention):
         # (the surrogate's value, tens of nats of noise, means nothing; only its gradient does).
         loss = loss + (surrogate - surrogate.detach())  # per target token, like the xent
         return loss, {**logs, "baseline": baseline.mean(), "advantage_std": advantage.std(unbiased=False)}
+
+    def _remaining_credit_loss(
+        self, log_prob: Tensor, entropy: Tensor, token_reward: Tensor, token_mask: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``credit="remaining"``: every step's advantage r_{b,t} − b_{b,t} (class docstring)."""
+        step_reward = reward_to_go(token_reward, token_mask)  # (B, T)
+        remaining = token_mask.flip(1).cumsum(1).flip(1) * token_mask  # (B, T) tokens from t on
+        entropy_mean = per_token_mean(entropy, token_mask)
+        logs = {"reward_mean": step_reward[:, 0].mean(), "attention_entropy": entropy_mean.detach()}
+        if not self.training:
+            return token_reward.new_zeros(()), {**logs, "baseline": (self.baseline * remaining[:, 0]).mean()}
+        loss = -self.entropy_weight * entropy_mean
+        logs["sampled_batch"] = token_reward.new_tensor(float(self.sample_this_batch))
+        if not self.sample_this_batch:
+            return loss, {**logs, "baseline": (self.baseline * remaining[:, 0]).mean()}
+        if self.baseline_kind == "leave_one_out":
+            k = self.num_samples
+            grouped = step_reward.view(-1, k, step_reward.shape[1])  # (B, K, T): a caption's K samples
+            baseline = ((grouped.sum(1, keepdim=True) - grouped) / (k - 1)).reshape_as(step_reward)
+        elif self.baseline_kind in ("moving_average", "length_scaled"):
+            per_token = (token_reward * token_mask).sum() / token_mask.sum().clamp_min(1.0)
+            if self.sampled_batches == 0:
+                self.baseline.copy_(per_token)
+            baseline = self.baseline * remaining  # (B, T): depends on t and the target, not on s
+            self.baseline.copy_(moving_average(self.baseline, per_token, self.baseline_decay))
+        else:
+            baseline = torch.zeros_like(step_reward)
+        self.sampled_batches += 1
+        advantage = (step_reward - baseline) * token_mask  # (B, T)
+        surrogate = score_function_surrogate(log_prob, advantage, token_mask) / token_mask.sum().clamp_min(
+            1.0
+        )
+        loss = loss + (surrogate - surrogate.detach())
+        live = advantage[token_mask.bool()]
+        return loss, {**logs, "baseline": baseline[:, 0].mean(), "advantage_std": live.std(unbiased=False)}
 
 
 class GumbelHardAttention(HardAttention):
@@ -261,6 +316,7 @@ class GumbelHardAttention(HardAttention):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """No estimator term (gradients flow through the relaxation); optional entropy bonus."""
         entropy_mean = per_token_mean(entropy, token_mask)
+        reward = reward.sum(1) if reward.dim() == 2 else reward  # per-token rewards -> log p(y | s, a)
         logs = {
             "reward_mean": reward.detach().mean(),
             "attention_entropy": entropy_mean.detach(),

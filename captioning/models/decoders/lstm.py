@@ -179,7 +179,11 @@ class LSTMDecoder(Decoder):
     ) -> tuple[Tensor, dict[str, Tensor]]:
         if "location_log_prob" not in output.aux:
             return token_logp.new_zeros(()), {}
-        reward = (token_logp * token_mask).sum(1)  # (B,) log p(y | s, a), Xu et al. eq. 10
+        # (B, T) log p(y_t | ...): their sum is the reward log p(y | s, a) of Xu et al. eq. 10; a layer may
+        # credit each location with part of it (ReinforceHardAttention(credit="remaining")).
         return self.attention.auxiliary_loss(
-            output.aux["location_log_prob"], output.aux["location_entropy"], reward, token_mask
+            output.aux["location_log_prob"],
+            output.aux["location_entropy"],
+            token_logp * token_mask,
+            token_mask,
         )
