@@ -42,7 +42,9 @@ class ProgressLines(pl.Callback):
             eta = min(eta, max(float(timers[0].time_remaining()), 0.0))
         metrics = trainer.callback_metrics
         train = " ".join(
-            f"{k} {float(v):.3f}" for k, v in metrics.items() if k in ("train/loss", "train/xent")
+            f"{k} {float(v):.3f}"
+            for k, v in metrics.items()
+            if k in ("train/loss", "train/xent", "train/reward")  # reward: SCST
         )
         val = " ".join(
             f"{k} {float(v):.3f}"
