@@ -99,3 +99,16 @@ def test_compiled_step_computes_the_same_gradients_and_captions(decoder):
     assert grads.keys() == eager_grads.keys()
     for name, g in grads.items():
         torch.testing.assert_close(g, eager_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_alpha_c_weights_the_eq_14_term_of_the_loss():
+    net = build_net("soft", V).eval()
+    features, tokens = random_batch(net, batch=2, steps=5, vocab_size=V)
+    inputs, targets = shift_inputs(tokens)
+    out = net.decoder(features, inputs)
+    assert net.decoder.alpha_c == 0.0 and caption_loss(out, targets, net.decoder).attention_reg == 0
+    net.decoder.alpha_c = 2.0
+    terms = caption_loss(out, targets, net.decoder)
+    mask = (targets != 0).float()
+    torch.testing.assert_close(terms.attention_reg, 2.0 * doubly_stochastic(out.alphas, mask).mean())
+    torch.testing.assert_close(terms.loss, terms.xent + terms.attention_reg)

@@ -60,6 +60,7 @@ def test_lstm_decoder_gradients_equal_the_straightforward_reference():
     batched output layer) equals the reference that autograd differentiates step by step."""
     net = build_net("soft", 12, seed=5).train()
     net.decoder.dropout.p = 0.0  # both paths must see the same function
+    net.decoder.alpha_c = 1.0  # eq. 14 on (off by default): its gradient through α is compared too
     features, tokens = random_batch(net, batch=3, steps=6, vocab_size=12)
     targets = torch.roll(tokens, -1, dims=1)
     grads = []
