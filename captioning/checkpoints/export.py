@@ -54,6 +54,9 @@ def export_checkpoint(checkpoint_path: str | Path, out: str | Path, fp16: bool =
     tmp = out.with_name(out.name + ".partial")
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     save_file(tensors, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # as any file the user writes (the writer's temp file is private)
     os.replace(tmp, out)
     return out
 
