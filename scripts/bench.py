@@ -34,7 +34,7 @@ import torch  # noqa: E402
 from captioning.benchmarks.decode import bench_decode  # noqa: E402
 from captioning.benchmarks.encoders import bench_encoders  # noqa: E402
 from captioning.benchmarks.reward import bench_reward, bench_scst_step  # noqa: E402
-from captioning.benchmarks.startup import bench_startup  # noqa: E402
+from captioning.benchmarks.startup import bench_overlay, bench_startup  # noqa: E402
 from captioning.benchmarks.timing import matmul_peak  # noqa: E402
 from captioning.benchmarks.train_step import bench_train_step, build_decoder  # noqa: E402
 
@@ -111,6 +111,7 @@ def main() -> None:
         print(f"  {name}: done", file=sys.stderr, flush=True)
     rows += bench_encoders(args, device)
     rows += bench_startup(repeats=max(3, args.repeats))
+    rows += bench_overlay()
     rows += bench_reward(images=50 if args.quick else 500)
     print_table(rows)
     print(f"max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")

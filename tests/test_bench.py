@@ -49,6 +49,7 @@ def test_bench_script_quick_run_writes_its_table(tmp_path):
     assert reference["identical"] is True
     assert all(r["seconds"] > 0 for r in rows)
     assert {"cli: captioning --help", "cli: captioning caption --help"} <= {r["what"] for r in rows}
+    assert any(r["what"].startswith("overlay, 9 words") for r in rows)
     assert "| decoder | what |" in result.stdout
 
 
