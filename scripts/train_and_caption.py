@@ -27,7 +27,7 @@ def main() -> int:
     env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
     # 1,000 steps of batch 64 (~2.1 epochs of 6,000 scenes) with the cosine schedule annealed over them,
     # capped at 4 min 50 s of wall-clock so `make train` stays under 5 minutes of training on 2 cores.
-    # 600 steps named 92.6% of new scenes' objects right, 1,000 steps 94.3% (scripts/scene_accuracy.py).
+    # 600 steps named 92.6% of new scenes' objects right greedy, 1,000 steps 94.3% greedy, 98.7% at 3 beams.
     overrides = [
         "trainer.max_steps=1000",
         "trainer.max_time=00:00:04:50",
