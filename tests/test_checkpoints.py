@@ -20,6 +20,7 @@ from captioning.checkpoints.load import CheckpointError, load_captioner, read_ch
 from captioning.cli.main import main
 from captioning.decoding import GenerationConfig
 
+from conftest import DECODERS
 from corpus import build_module, checkpoint_dict, write_checkpoint
 
 
@@ -227,3 +228,28 @@ def test_every_model_config_names_a_registered_class() -> None:
     }
     targets.discard(None)  # decoder variants that only compose another one
     assert targets and targets <= set(MODEL_CLASSES), targets - set(MODEL_CLASSES)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_every_decoder_config_round_trips_through_a_checkpoint(tmp_path, decoder) -> None:
+    """Whatever conf/model/decoder/ builds, a checkpoint of it loads (sizes, indices such as the
+    Transformer's attention_layer=-1, partial attention layers) and gives the same network."""
+    path = write_checkpoint(tmp_path / f"{decoder}.ckpt", extra=[f"model/decoder={decoder}"])
+    loaded = load_captioner(path)
+    fresh = build_module(["a", "red", "circle", "square", "left", "of"], [f"model/decoder={decoder}"])
+    assert type(loaded.net.decoder) is type(fresh.net.decoder)
+    for (name, a), (_, b) in zip(loaded.net.state_dict().items(), fresh.net.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_a_huge_layer_in_a_checkpoint_is_refused(tmp_path) -> None:
+    path = write_checkpoint(tmp_path / "model.ckpt")
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint[CHECKPOINT_KEY]["net_config"] = checkpoint[CHECKPOINT_KEY]["net_config"].replace(
+        "hidden_dim: 16", "hidden_dim: 400000"
+    )
+    torch.save(checkpoint, path)
+    with pytest.raises(
+        CheckpointError, match=r"net_config.decoder.hidden_dim = 400000 is outside \[0, 16,384\]"
+    ):
+        load_captioner(path)

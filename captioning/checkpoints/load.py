@@ -113,17 +113,22 @@ MAX_SIZES = {"vocab_size": 1_000_000, "image_size": 2048, "grid_size": 64, "num_
 MAX_WIDTH = 16_384  # any other integer size (widths, *_dim)
 
 
+def is_size_key(key: str) -> bool:
+    """Keys whose integer is a size that memory grows with (widths, counts, grid and vocabulary sizes)."""
+    return key in MAX_SIZES or key.endswith(("_dim", "_size")) or key.startswith("num_") or key == "width"
+
+
 def _check_sizes(node: Any, path: Path, where: str = "net_config") -> None:
-    """Every integer of the network config within its bound, and non-negative."""
+    """Every size of the network config an integer within its bound (an index such as -1 is not a size)."""
     if isinstance(node, dict):
         for key, value in node.items():
             here = f"{where}.{key}"
-            if isinstance(value, int) and not isinstance(value, bool):
-                bound = MAX_SIZES.get(str(key), MAX_WIDTH)
-                if not 0 <= value <= bound:
-                    raise CheckpointError(f"{path}: {here} = {value} is outside [0, {bound:,}]")
-            else:
+            if isinstance(value, dict | list):
                 _check_sizes(value, path, here)
+            elif is_size_key(str(key)) and value is not None:
+                bound = MAX_SIZES.get(str(key), MAX_WIDTH)
+                if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= bound):
+                    raise CheckpointError(f"{path}: {here} = {value!r} is outside [0, {bound:,}]")
     elif isinstance(node, list):
         for i, value in enumerate(node):
             _check_sizes(value, path, f"{where}[{i}]")
