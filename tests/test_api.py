@@ -155,3 +155,22 @@ def test_version_flag(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0 and capsys.readouterr().out.strip() == f"captioning {captioning.__version__}"
+
+
+def test_demo_answers_bad_uploads_with_one_line_naming_the_file(tmp_path, monkeypatch):
+    """What the demo page says for uploads that are not usable images (the browser test covers one)."""
+    from captioning.inference import demo
+
+    from corpus import png_bytes
+
+    huge = tmp_path / "huge.png"
+    huge.write_bytes(png_bytes(20000, 20000, None))  # a 70-byte header claiming 400M pixels
+    image, message = demo.read_upload(str(huge))
+    assert image is None and "huge.png" in message and "40,000,000 allowed" in message
+    assert str(tmp_path) not in message  # the upload's temp folder is not shown, only its name
+    big = tmp_path / "big.jpg"
+    big.write_bytes(b"\xff" * 100)
+    monkeypatch.setattr(demo, "MAX_UPLOAD_BYTES", 50)
+    image, message = demo.read_upload(str(big))
+    assert image is None and "big.jpg" in message and "allowed" in message
+    assert demo.read_upload(None) == (None, "Upload or drop an image first.")
