@@ -74,7 +74,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
     p.add_argument("--scenes", type=int, default=200)
-    p.add_argument("--num-beams", type=int, default=1)
+    p.add_argument("--num-beams", type=int, default=None, help="default: the checkpoint's decoding")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     model = Captioner.from_checkpoint(args.checkpoint)
