@@ -16,7 +16,6 @@ import pytorch_lightning as pl
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from PIL import Image
 
-from captioning.data.images import ImageError
 from captioning.data.readers import DatasetError
 from captioning.data.sources import SyntheticSource
 from captioning.training.train import train
@@ -86,14 +85,20 @@ def test_dataset_problems_are_skipped_and_counted_when_the_config_says_so(tmp_pa
 
 
 def test_a_corrupt_image_in_a_dataset_fails_naming_the_file(tmp_path: Path) -> None:
+    """Checked before training reads it: a split whose images are all unreadable is an error naming the
+    first file (one bad image among many is skipped: tests/test_readers.py)."""
     dataset_json = _karpathy_files(tmp_path)
     data = json.loads(dataset_json.read_text())
     data["images"][0]["filename"] = "corrupt.jpg"
     dataset_json.write_text(json.dumps(data))
-    cfg = compose_train([*_karpathy_overrides(tmp_path, dataset_json), "+data.train.records.on_error=skip"])
+    cfg = compose_train([*_karpathy_overrides(tmp_path, dataset_json), "+data.train.records.on_error=skip",
+                         f"paths.cache={tmp_path / 'cache'}"])  # fmt: skip
     datamodule = hydra.utils.instantiate(cfg.data)
-    with pytest.raises(ImageError, match=rf"{tmp_path / 'corrupt.jpg'}: not a readable image"):
-        next(iter(datamodule.train_dataloader()))
+    with pytest.raises(
+        DatasetError,
+        match=rf"train split: 1 of 1 images are unreadable.*{tmp_path / 'corrupt.jpg'}: not a readable image",
+    ):
+        datamodule.build_vocab()
 
 
 # ------------------------------------------------------------------------------------------ configs
