@@ -38,3 +38,15 @@ def test_additive_scores_match_the_equation():
     e = torch.tanh(a @ att.key_proj.weight.T + att.key_proj.bias + (h @ att.query_proj.weight.T)[:, None])
     expected = torch.softmax((e @ att.score.weight.T).squeeze(-1), -1)
     torch.testing.assert_close(att(h, a, att.precompute(a)).alphas, expected)
+
+
+@pytest.mark.parametrize("name", ATTENTIONS)
+def test_every_constructor_option_of_a_layer_is_in_its_config(name):
+    """An option missing from the YAML could not be set from the command line (struct mode refuses it)."""
+    import inspect
+
+    from captioning.models.registry import MODEL_CLASSES
+
+    cfg = OmegaConf.load(CONF / "model" / "decoder" / "attention" / f"{name}.yaml")
+    params = set(inspect.signature(MODEL_CLASSES[cfg._target_]).parameters) - {"feature_dim", "query_dim"}
+    assert params == set(cfg) - {"_target_", "_partial_"}, params ^ (set(cfg) - {"_target_", "_partial_"})
