@@ -164,8 +164,9 @@ class Captioner:
             chunk = list(itertools.islice(stream, batch_size))
             if not chunk:
                 return
-            with torch.no_grad():
-                yield from self._caption_batch(chunk, start, config, generator)
+            with torch.no_grad():  # not around the yield: the caller's code between items keeps its grad mode
+                results = self._caption_batch(chunk, start, config, generator)
+            yield from results
 
     def _caption_batch(
         self, chunk: list, start: int, config: GenerationConfig, generator
