@@ -101,7 +101,7 @@ def test_grounding_counts_words_whose_attention_peak_is_on_the_named_object():
     def decoded(peak_x: int, peak_y: int) -> Decoded:
         attention = np.full((3, 96 * 96), 1e-5)
         attention[:, peak_y * 96 + peak_x] = 1.0  # row-major over the grid
-        return Decoded([0], [" ".join(words)], [words], [attention], grid)
+        return Decoded([0], [" ".join(words)], [words], [attention], grid, indices=[0])
 
     assert synthetic_grounding(decoded(cx, cy), source) == {"grounding": 1.0, "words": 3, "unmatched": 0}
     assert synthetic_grounding(decoded(far_x, far_y), source) == {
@@ -120,3 +120,26 @@ def test_evaluate_cli_reports_errors_with_exit_status_2(tiny_checkpoint, tmp_pat
     assert "split must be one of" in capsys.readouterr().err
     assert main(["evaluate", "--checkpoint", tiny_checkpoint, "data=nonexistent"]) == 2
     assert "nonexistent" in capsys.readouterr().err
+
+
+def test_one_unreadable_image_is_skipped_and_reported_not_the_end_of_the_split(tmp_path):
+    """`captioning evaluate` over a folder of photos with one broken file scores the others."""
+    from captioning.data.images import ImageError
+    from captioning.inference.evaluation import evaluate_checkpoint, format_evaluation
+
+    from corpus import write_checkpoint
+
+    class OneBroken(SyntheticSource):
+        def image(self, i):
+            if i == 2:
+                raise ImageError(f"{tmp_path / 'broken.jpg'}: not a readable image (truncated)")
+            return super().image(i)
+
+    ckpt = write_checkpoint(tmp_path / "model.ckpt")
+    evaluation = evaluate_checkpoint(ckpt, OneBroken(5, seed=0, split="test"), tokenizer="simple",
+                                     metrics=("Bleu_1",), batch_size=2)  # fmt: skip
+    assert evaluation.decoded.image_ids == [0, 1, 3, 4] and evaluation.report.num_images == 4
+    assert evaluation.to_dict()["skipped_images"] == [
+        f"{tmp_path / 'broken.jpg'}: not a readable image (truncated)"
+    ]
+    assert "skipped 1 unreadable images (not scored)" in format_evaluation(evaluation)

@@ -265,3 +265,33 @@ def test_cli_reports_a_missing_results_file_with_exit_status_2(tmp_path, capsys)
     assert (args.tokenizer, args.metrics, args.out) == ("ptb", list(METRICS), None)  # the CLI defaults
     assert run(args) == 2
     assert capsys.readouterr().err == f"captioning score: error: results file {missing} does not exist\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ({"image_id": 1, "caption": "a dog"}, "the top level is a JSON dict; expected a list"),
+        ([{"image_id": [1], "caption": "a dog"}], "expected a non-empty list of {image_id, caption: str}"),
+        ([{"image_id": None, "caption": "a dog"}], "expected a non-empty list of {image_id, caption: str}"),
+    ],
+)
+def test_malformed_results_files_name_the_file_and_what_was_expected(tmp_path, content, fragment):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(content))
+    with pytest.raises(ValueError) as info:
+        load_results(results, {1: ["a dog"]})
+    assert str(results) in str(info.value) and fragment in str(info.value)
+
+
+def test_an_unwritable_out_is_reported_after_the_scores(tmp_path, capsys):
+    parser = argparse.ArgumentParser(prog="captioning")
+    add_parser(parser.add_subparsers(dest="command"))
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([{"image_id": k, "caption": REFS[k][0]} for k in REFS]))
+    blocked = tmp_path / "file"
+    blocked.write_text("a file, so file/scores.json cannot be created")
+    argv = ["score", str(results), "--references", str(_write_coco(tmp_path, REFS)), "--tokenizer", "simple",
+            "--metrics", "Bleu_1", "--out", str(blocked / "scores.json")]  # fmt: skip
+    assert run(parser.parse_args(argv)) == 1
+    out, err = capsys.readouterr()
+    assert "Bleu_1" in out and f"{blocked / 'scores.json'}: cannot write the scores" in err

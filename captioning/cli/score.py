@@ -52,9 +52,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"captioning score: error: {err}", file=sys.stderr)
         return 2
     print(format_report(report, args.results, args.references))
-    if args.out is not None:
+    if args.out is not None:  # after the table: an unwritable --out loses no score
         payload = {**report.to_dict(), "results": str(args.results), "references": str(args.references)}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(payload, indent=2) + "\n")
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(payload, indent=2) + "\n")
+        except OSError as err:
+            print(
+                f"captioning score: error: {args.out}: cannot write the scores ({err.strerror or err})",
+                file=sys.stderr,
+            )
+            return 1
         print(f"wrote {args.out}")
     return 0

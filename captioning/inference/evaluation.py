@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 from captioning.checkpoints.load import LoadedCaptioner, load_captioner
 from captioning.data.datamodule import ImageLoader
 from captioning.data.features import FeatureCache
+from captioning.data.images import ImageError
 from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
 from captioning.decoding import GenerationConfig, decode_captions
@@ -47,6 +48,8 @@ class Decoded:
     tokens: list[list[str]]
     attention: list[np.ndarray]  # per image (T, L): the map used for each generated word
     grid: tuple[int, int]
+    skipped: list[str] = field(default_factory=list)  # one line per unreadable image, not decoded
+    indices: list[int] = field(default_factory=list)  # the source index of each decoded image
 
     def results(self) -> list[dict]:
         """The COCO results list ``[{"image_id", "caption"}]``."""
@@ -73,6 +76,7 @@ class Evaluation:
             **self.report.to_dict(),
             "grounding": self.grounding,
             "objects": self.objects,
+            "skipped_images": self.decoded.skipped,
             "params": self.params,
         }
 
@@ -109,9 +113,18 @@ def decode_source(
     device = next(model.net.parameters()).device
     decoded = Decoded([], [], [], [], (model.net.grid_size, model.net.grid_size))
     for start in range(0, len(source), batch_size):
-        indices = range(start, min(start + batch_size, len(source)))
-        batch = torch.stack([inputs(i) for i in indices]).to(device)  # (B, 3, S, S) or (B, L, D)
+        indices, rows = [], []
+        for i in range(start, min(start + batch_size, len(source))):
+            try:  # one unreadable image is reported and left out, not the end of the split
+                rows.append(inputs(i))
+                indices.append(i)
+            except ImageError as err:
+                decoded.skipped.append(str(err))
+        if not rows:
+            continue
+        batch = torch.stack(rows).to(device)  # (B, 3, S, S) or (B, L, D)
         for i, caption in zip(indices, decode_captions(model.net, model.vocab, batch, **decoding)):
+            decoded.indices.append(i)
             decoded.image_ids.append(source.image_id(i))
             decoded.captions.append(" ".join(caption.words))
             decoded.tokens.append(caption.words)
@@ -123,15 +136,15 @@ def synthetic_grounding(decoded: Decoded, source: SyntheticSource) -> dict[str, 
     """Attention grounding of the decoded captions against the scenes' object boxes."""
     samples = [
         GroundingSample(
-            tokens=decoded.tokens[i],
-            attention=decoded.attention[i],
+            tokens=decoded.tokens[k],
+            attention=decoded.attention[k],
             grid=decoded.grid,
             image_size=source.image(i).size,  # boxes are in pixels of the original canvas; (W, H)
             objects=[
                 {"shape": o.shape, "color": o.color, "size": o.size, "box": o.box} for o in source.objects(i)
             ],
         )
-        for i in range(len(source))
+        for k, i in enumerate(decoded.indices)
     ]
     return grounding_accuracy(samples)
 
@@ -162,14 +175,17 @@ def evaluate_checkpoint(
     use_cache = cache_dir is not None and not any(p.requires_grad for p in encoder.parameters())
     cache = FeatureCache(encoder, cache_dir, device=device) if use_cache else None
     decoded = decode_source(model, source, decoding, batch_size, cache)
-    references = {source.image_id(i): list(source.captions(i)) for i in range(len(source))}
+    decoded_ids = set(decoded.image_ids)  # unreadable images are left out of the scores (and reported)
+    references = {
+        source.image_id(i): list(source.captions(i))
+        for i in range(len(source))
+        if source.image_id(i) in decoded_ids
+    }
     report = evaluate_results(decoded.results(), references, metrics=metrics, tokenizer=tokenizer)
     synthetic = isinstance(source, SyntheticSource)
     grounding = synthetic_grounding(decoded, source) if synthetic else None
     objects = (
-        object_accuracy(decoded.captions, [source.objects(i) for i in range(len(source))])
-        if synthetic
-        else None
+        object_accuracy(decoded.captions, [source.objects(i) for i in decoded.indices]) if synthetic else None
     )
     params = {
         "total": sum(p.numel() for p in model.net.parameters()),
@@ -200,6 +216,11 @@ def format_evaluation(evaluation: Evaluation, results_path: str | Path | None = 
             evaluation.report, Path(results_path or "results"), Path(evaluation.data or "references")
         ),
     ]
+    if evaluation.decoded.skipped:
+        lines.append(
+            f"skipped {len(evaluation.decoded.skipped)} unreadable images (not scored); the first: "
+            f"{evaluation.decoded.skipped[0]}"
+        )
     if evaluation.objects is not None:
         o = evaluation.objects
         per = " ".join(f"{a} {v:.3f}" for a, v in o["attribute_accuracy"].items())

@@ -282,9 +282,16 @@ def load_results(results_json: str | Path, references: Mapping[Hashable, Sequenc
         anns = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"results file {path} is not valid JSON: {err}") from err
-    entries = anns if isinstance(anns, list) else [anns]  # anything but a list is wrong as a whole
+    if not isinstance(anns, list):
+        raise ValueError(
+            f"{path}: the top level is a JSON {type(anns).__name__}; expected a list of {{image_id, caption}}"
+        )
+    entries = anns
     bad = [a for a in entries if not isinstance(a, dict) or not isinstance(a.get("caption"), str)]
     bad += [a for a in entries if isinstance(a, dict) and "image_id" not in a]
+    bad += [  # ids are numbers or strings (a list or a mapping cannot name an image)
+        a for a in entries if isinstance(a, dict) and isinstance(a.get("image_id"), list | dict | bool | None)
+    ]
     if not anns or bad:
         raise ValueError(f"{path}: expected a non-empty list of {{image_id, caption: str}}, got {bad[:1]}")
     unknown = sorted({a["image_id"] for a in anns} - set(references), key=repr)
