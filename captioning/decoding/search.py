@@ -61,7 +61,7 @@ def generate(
     """Decode grids ``features`` (B, L, D) with ``config`` (options given by name override it).
 
     ``generator`` makes sampling reproducible (the same seed, the same captions)."""
-    cfg = (config or GenerationConfig()).replace(**options) if options else (config or GenerationConfig())
+    cfg = (config or GenerationConfig()).replace(**options)  # no options: the config itself
     b, device = features.shape[0], features.device
     sample = cfg.do_sample
     r = cfg.num_return_sequences if sample else cfg.num_beams  # rows per image
@@ -77,6 +77,11 @@ def generate(
     logp_history = torch.empty(b * r, 0, device=device)
     att_history: Tensor | None = None
     base = (torch.arange(b, device=device) * r).unsqueeze(1)  # (B, 1) first row of each image
+    moves = r > 1 and not sample  # only beams swap rows; greedy and sampled rows stay where they are
+
+    def keep_rows(t: Tensor, rows: Tensor) -> Tensor:
+        return t.index_select(0, rows) if moves else t
+
     for _ in range(cfg.max_new_tokens):
         logits, att, state = decoder.step(tokens, state)  # (B·R, V), (B·R, L)
         logp = _frozen(processed_log_probs(logits, history, cfg), finished)  # (B·R, V)
@@ -84,7 +89,7 @@ def generate(
         if sample:
             probs = warp(logp, cfg).softmax(dim=-1)  # (B·R, V); frozen rows put all mass on <pad>
             word = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B·R,)
-            rows = torch.arange(b * r, device=device)
+            rows = None  # rows never swap
             step_logp = logp.gather(1, word.unsqueeze(1)).squeeze(1)  # (B·R,)
             scores = scores + step_logp.view(b, r)
         else:
@@ -93,17 +98,18 @@ def generate(
             beam, word = flat // vocab, (flat % vocab).view(-1)  # source row and chosen word
             rows = (base + beam).view(-1)  # (B·R,) rows to keep, never crossing images
             step_logp = logp.view(b, r * vocab).gather(1, flat).view(-1)  # (B·R,) the words' own log p
-            if r > 1:  # one row per image (greedy): nothing moves
+            if moves:  # one row per image (greedy): nothing moves
                 state = decoder.reorder_state(state, rows)
-        history = torch.cat([history.index_select(0, rows), word.unsqueeze(1)], 1)  # (B·R, t)
-        logp_history = torch.cat([logp_history.index_select(0, rows), step_logp.unsqueeze(1)], 1)
-        att = att.float().index_select(0, rows).masked_fill(finished.index_select(0, rows).unsqueeze(1), 0.0)
+        history = torch.cat([keep_rows(history, rows), word.unsqueeze(1)], 1)  # (B·R, t)
+        logp_history = torch.cat([keep_rows(logp_history, rows), step_logp.unsqueeze(1)], 1)
+        finished = keep_rows(finished, rows)
+        att = keep_rows(att.float(), rows).masked_fill(finished.unsqueeze(1), 0.0)  # (B·R, L)
         att_history = (
             att.unsqueeze(1)
             if att_history is None
-            else torch.cat([att_history.index_select(0, rows), att.unsqueeze(1)], 1)
+            else torch.cat([keep_rows(att_history, rows), att.unsqueeze(1)], 1)
         )  # (B·R, t, L)
-        finished = finished.index_select(0, rows) | (word == end_id)
+        finished = finished | (word == end_id)
         tokens = word
         if finished.all():
             break
