@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
-from captioning.checkpoints.load import CheckpointError, read_checkpoint
+from captioning.checkpoints.load import CheckpointError, net_state, read_checkpoint
 
 FORMAT = "captioning-export/1"
 MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header starting with "{"
@@ -38,7 +38,7 @@ def export_checkpoint(checkpoint_path: str | Path, out: str | Path, fp16: bool =
 
     checkpoint_path, out = Path(checkpoint_path), Path(out)
     checkpoint = read_checkpoint(checkpoint_path)
-    state = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
+    state = net_state(checkpoint)
     if fp16:  # floating weights only; integer buffers (step counters) keep their dtype
         state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
     meta = dict(checkpoint[CHECKPOINT_KEY])

@@ -1,10 +1,12 @@
 """Loading a trained captioner from a checkpoint alone, safely.
 
 Checkpoints are read with ``torch.load(weights_only=True)``: only tensors and plain data, never code.
-The network is rebuilt from the saved config, whose ``_target_`` entries must all be classes of this
-package, so a crafted checkpoint cannot name an arbitrary callable either. The check resolves each target
-and looks at where the class is *defined*: a dotted path such as ``captioning.training.train.os.system`` starts
-with ``captioning.`` but resolves to ``os.system``, and is refused.
+The network is rebuilt from the saved config, whose ``_target_`` entries must all be names of the closed
+registry ``captioning.models.registry.MODEL_CLASSES``: a crafted checkpoint can name neither an arbitrary
+callable (``os.system``, or ``captioning.training.train.os.system``, which starts like a class of the
+package) nor a library object that is not a network part. Its sizes are bounded, its config holds no
+interpolation and its weights must be finite. Training checkpoints and weights-only exports
+(``export.py``) are read alike.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class LoadedCaptioner:
     image_size: int
     path: Path
     provenance: dict[str, Any] = field(default_factory=dict)  # how the weights were trained
+    net_config: str | dict | None = None  # the saved network config, as stored (YAML text)
 
 
 def _check_target(target: Any, path: Path, where: str) -> None:
@@ -134,6 +137,11 @@ def _check_sizes(node: Any, path: Path, where: str = "net_config") -> None:
             _check_sizes(value, path, f"{where}[{i}]")
 
 
+def net_state(checkpoint: dict) -> dict:
+    """The CaptionModel's tensors of a Lightning checkpoint (its ``net.`` entries, prefix removed)."""
+    return {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
+
+
 def read_weights_and_meta(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
     """(the network's state dict, the plain-data entry) of a training checkpoint or a weights-only export."""
     path = Path(path)
@@ -142,8 +150,7 @@ def read_weights_and_meta(path: str | Path, map_location: str | torch.device = "
     if path.is_file() and is_export(path):
         return read_export(path, map_location)
     checkpoint = read_checkpoint(path, map_location)
-    state = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
-    meta = checkpoint[CHECKPOINT_KEY]
+    state, meta = net_state(checkpoint), checkpoint[CHECKPOINT_KEY]
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path}: the '{CHECKPOINT_KEY}' entry is not a mapping")
     return state, meta
@@ -218,4 +225,5 @@ def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -
         image_size=image_size,
         path=path,
         provenance=dict(meta.get("provenance") or {}),
+        net_config=meta.get("net_config"),
     )

@@ -167,15 +167,14 @@ class CaptionLitModule(pl.LightningModule):
         network config through the closed registry (``captioning.checkpoints.load``). For inference,
         ``captioning.Captioner.from_checkpoint`` is the simpler way. ``overrides``: constructor arguments
         such as ``optimizer`` or ``val_metrics``."""
-        from captioning.checkpoints.load import load_captioner, read_weights_and_meta
+        from captioning.checkpoints.load import load_captioner
 
         loaded = load_captioner(checkpoint_path, map_location or "cpu")
-        _, meta = read_weights_and_meta(checkpoint_path, map_location or "cpu")
         arguments = {
             "encoder": loaded.net.encoder,
             "decoder": loaded.net.decoder,
             "vocab": loaded.vocab.to_dict(),
-            "net_config": meta.get("net_config"),
+            "net_config": loaded.net_config,
             "decoding": loaded.decoding,
             "image_size": loaded.image_size,
             **overrides,
