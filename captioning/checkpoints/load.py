@@ -27,7 +27,7 @@ from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
 from captioning.models.captioner import CaptionModel
-from captioning.models.registry import MODEL_CLASSES, canonical_name
+from captioning.models.registry import MODEL_CLASSES, SIZE_BOUNDS, bad_sizes, canonical_name
 
 
 class CheckpointError(ValueError):
@@ -111,32 +111,6 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return checkpoint
 
 
-# Bounds on what a checkpoint may ask to build: a crafted file must not allocate terabytes or hang.
-MAX_SIZES = {"vocab_size": 1_000_000, "image_size": 2048, "grid_size": 64, "num_layers": 48, "num_heads": 64}
-MAX_WIDTH = 16_384  # any other integer size (widths, *_dim)
-
-
-def is_size_key(key: str) -> bool:
-    """Keys whose integer is a size that memory grows with (widths, counts, grid and vocabulary sizes)."""
-    return key in MAX_SIZES or key.endswith(("_dim", "_size")) or key.startswith("num_") or key == "width"
-
-
-def _check_sizes(node: Any, path: Path, where: str = "net_config") -> None:
-    """Every size of the network config an integer within its bound (an index such as -1 is not a size)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            here = f"{where}.{key}"
-            if isinstance(value, dict | list):
-                _check_sizes(value, path, here)
-            elif is_size_key(str(key)) and value is not None:
-                bound = MAX_SIZES.get(str(key), MAX_WIDTH)
-                if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= bound):
-                    raise CheckpointError(f"{path}: {here} = {value!r} is outside [0, {bound:,}]")
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            _check_sizes(value, path, f"{where}[{i}]")
-
-
 def net_state(checkpoint: dict) -> dict:
     """The CaptionModel's tensors of a Lightning checkpoint (its ``net.`` entries, prefix removed)."""
     return {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
@@ -173,7 +147,8 @@ def _network_config(meta: dict, path: Path) -> dict:
     if not isinstance(net_config, dict) or not isinstance(net_config.get("encoder"), dict):
         raise CheckpointError(f"{path}: net_config is not a mapping with an 'encoder' and a 'decoder'")
     _check_targets(net_config, path)
-    _check_sizes(net_config, path)
+    for where, value, lowest, highest in bad_sizes(net_config, "net_config", low=0):
+        raise CheckpointError(f"{path}: {where} = {value!r} is outside [{lowest}, {highest:,}]")
     return net_config
 
 
@@ -216,7 +191,7 @@ def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: the saved decoding settings are not valid: {err}") from err
     image_size = meta.get("image_size", 224)
-    if not isinstance(image_size, int) or not 8 <= image_size <= MAX_SIZES["image_size"]:
+    if not isinstance(image_size, int) or not 8 <= image_size <= SIZE_BOUNDS["image_size"]:
         raise CheckpointError(f"{path}: image_size = {image_size!r}, expected an integer in [8, 2048]")
     return LoadedCaptioner(
         net=net,

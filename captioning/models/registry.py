@@ -8,6 +8,9 @@ here, and ``tests/test_checkpoints.py`` checks that every config of ``conf/model
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from captioning.models.attention.dot import DotAttention, ScaledDotAttention
 from captioning.models.attention.hard import GumbelHardAttention, ReinforceHardAttention
 from captioning.models.attention.multihead import MultiHeadAttention
@@ -45,3 +48,46 @@ def canonical_name(target: str) -> str | None:
     """The registered name ``target`` stands for (itself, or what a legacy name became); None if neither."""
     target = LEGACY_NAMES.get(target, target)
     return target if target in MODEL_CLASSES else None
+
+
+# Bounds on the sizes a network config may ask for, shared by the start-up check of a training config
+# (captioning.training.validate) and the loading of a checkpoint: whatever trains can be loaded, and a
+# crafted checkpoint cannot allocate terabytes or hang.
+SIZE_BOUNDS = {
+    "vocab_size": 1_000_000,
+    "image_size": 2048,
+    "grid_size": 64,
+    "num_layers": 48,
+    "num_heads": 64,
+}
+MAX_WIDTH = 16_384  # any other size: widths, *_dim, num_*
+MAY_BE_ZERO = ("position_dim",)  # 0 = off
+
+
+def is_size_key(key: str) -> bool:
+    """Keys whose integer is a size that memory grows with (widths, counts, grid and vocabulary sizes);
+    an index such as the Transformer's ``attention_layer=-1`` is not one."""
+    return key in SIZE_BOUNDS or key.endswith(("_dim", "_size")) or key.startswith("num_") or key == "width"
+
+
+def bad_sizes(
+    node: Any, where: str, low: int = 1, skip: tuple[str, ...] = ()
+) -> Iterator[tuple[str, Any, int, int]]:
+    """(key path, value, lowest, highest) for every size of a network config outside its range.
+
+    ``low``: the smallest size allowed (``MAY_BE_ZERO`` keys may always be 0); ``skip``: keys not checked
+    (``vocab_size`` of a training config is only known once the data is read)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{where}.{key}"
+            if isinstance(value, dict | list):
+                yield from bad_sizes(value, here, low, skip)
+            elif is_size_key(str(key)) and key not in skip:
+                lowest, highest = (0 if key in MAY_BE_ZERO else low), SIZE_BOUNDS.get(str(key), MAX_WIDTH)
+                if not (
+                    isinstance(value, int) and not isinstance(value, bool) and lowest <= value <= highest
+                ):
+                    yield here, value, lowest, highest
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from bad_sizes(value, f"{where}[{i}]", low, skip)

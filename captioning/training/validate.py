@@ -16,8 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from captioning.data.vocab import SPECIALS
 from captioning.decoding.config import GenerationConfig
 from captioning.metrics.names import METRICS
-
-MAX_SIZE = 16_384  # any layer width or count beyond this is a typo, not a model for this codebase
+from captioning.models.registry import bad_sizes
 
 
 class ConfigError(ValueError):
@@ -34,19 +33,6 @@ def _is_number(v: Any) -> bool:
 
 def _get(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, default=None)
-
-
-def _sizes(node: Any, prefix: str, problems: list[str]) -> None:
-    """Every *_dim / num_* / *_size entry of the model: an integer in range (position_dim may be 0)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            here = f"{prefix}.{key}"
-            if isinstance(value, dict):
-                _sizes(value, here, problems)
-            elif key.endswith("_dim") or key.startswith("num_") or key in ("grid_size", "width"):
-                low = 0 if key in ("position_dim",) else 1
-                if not _is_int(value) or not low <= value <= MAX_SIZE:
-                    problems.append(f"{here}={value!r}: expected an integer in [{low}, {MAX_SIZE}]")
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -87,7 +73,9 @@ def check_config(cfg: DictConfig) -> None:
         if monitor is not None and monitor not in logged:
             problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(logged)}")
     model = OmegaConf.to_container(cfg.model, resolve=True)  # feature_dim: ${..encoder.out_dim} -> 112
-    _sizes({k: v for k, v in model.items() if k in ("encoder", "decoder")}, "model", problems)
+    network = {k: v for k, v in model.items() if k in ("encoder", "decoder")}
+    for where, value, lowest, highest in bad_sizes(network, "model", skip=("vocab_size",)):
+        problems.append(f"{where}={value!r}: expected an integer in [{lowest}, {highest}]")
     if problems:
         raise ConfigError("; ".join(problems))
 
