@@ -23,7 +23,12 @@ POLICIES = ("skip", "raise")
 
 
 def _key(path: Path) -> str:
-    stat = path.stat()
+    """What a verdict is cached under: the file's path, size and mtime (a file that cannot be stat'ed:
+    its path alone, so that it is re-checked once it exists)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return f"missing|{path}"
     return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
 
 
@@ -49,19 +54,11 @@ def check_images(
             cache = json.loads(cache_file.read_text())
         except (json.JSONDecodeError, OSError):
             cache = {}  # a damaged cache is recomputed, never trusted
-    keys: list[str | None] = []
-    for p in paths:
-        try:
-            keys.append(_key(Path(p)))
-        except OSError:
-            keys.append(None)
-    todo = [i for i, k in enumerate(keys) if k is None or k not in cache]
+    keys = [_key(Path(p)) for p in paths]
+    todo = [i for i, k in enumerate(keys) if k not in cache]
     with ThreadPoolExecutor(workers or min(8, (os.cpu_count() or 1) * 2)) as pool:
         for i, verdict in zip(todo, pool.map(lambda i: _verdict(Path(paths[i])), todo)):
-            if keys[i] is not None:
-                cache[keys[i]] = verdict
-            else:
-                cache[f"missing|{paths[i]}"] = verdict
+            cache[keys[i]] = verdict
     if cache_file is not None and todo:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         with open(cache_file.with_suffix(".lock"), "w") as lock:  # runs sharing a cache write in turn
@@ -69,8 +66,7 @@ def check_images(
             tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(cache))
             os.replace(tmp, cache_file)
-    return {i: cache[k] if k is not None else cache[f"missing|{paths[i]}"] for i, k in enumerate(keys)
-            if (cache[k] if k is not None else cache[f"missing|{paths[i]}"])}  # fmt: skip
+    return {i: cache[k] for i, k in enumerate(keys) if cache[k]}
 
 
 def apply_policy(name: str, bad: dict[int, str], total: int, policy: str, max_bad_fraction: float,
