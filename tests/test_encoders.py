@@ -1,4 +1,4 @@
-"""Image encoders: grid shapes, weight loading (strict, local files only), freezing, EfficientNet-Lite0 port."""
+"""Image encoders: grid shapes, weight loading (strict, local files only), freezing, EfficientNet-Lite0/1/2 port."""
 
 from __future__ import annotations
 
@@ -16,14 +16,17 @@ from PIL import Image
 
 from captioning.models.efficientnet_lite import (
     LITE0_MEAN,
+    VARIANTS,
     Conv2dSame,
-    EfficientNetLite0,
-    load_lite0_weights,
+    EfficientNetLite,
+    load_weights,
     packaged_weights_path,
+    round_filters,
+    scaled_stages,
 )
 from captioning.models.encoders import (
     IMAGENET_MEAN,
-    EfficientNetLite0Encoder,
+    EfficientNetLiteEncoder,
     SmallCNN,
     TorchvisionEncoder,
 )
@@ -39,10 +42,11 @@ def lite0_path() -> Path:
     return packaged_weights_path()
 
 
-@pytest.fixture(scope="module")
-def lite0_classifier(lite0_path: Path) -> EfficientNetLite0:
-    net = EfficientNetLite0()
-    load_lite0_weights(net, lite0_path)
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def lite_classifier(request: pytest.FixtureRequest) -> EfficientNetLite:
+    pytest.importorskip(VARIANTS[request.param].package.replace("-", "_"))
+    net = EfficientNetLite(request.param)
+    load_weights(net)  # the packaged file, strictly
     return net.eval()
 
 
@@ -180,24 +184,58 @@ def test_conv2d_same_pads_like_tensorflow(size: int, kernel: int, stride: int, p
     torch.testing.assert_close(out, expected)
 
 
+def test_round_filters_matches_tf_efficientnet() -> None:
+    # Values of TF's round_filters at width 1.1 (Lite2), and the 90% rule (never round down > 10%).
+    assert [round_filters(c, 1.1) for c in (16, 24, 40, 80, 112, 192, 320)] == [16, 24, 48, 88, 120, 208, 352]
+    assert round_filters(30, 1.0) == 32 and round_filters(12, 1.0) == 16
+
+
+@pytest.mark.parametrize("variant,repeats", [("lite0", 16), ("lite1", 21), ("lite2", 21)])
+def test_scaled_stages_keep_lite_first_and_last_stage(variant: str, repeats: int) -> None:
+    stages = scaled_stages(variant)
+    assert sum(st.repeats for st in stages) == repeats
+    assert stages[0].repeats == 1 and stages[-1].repeats == 1  # Lite: not depth-scaled
+    assert stages[0].in_channels == 32  # Lite: the stem is not width-scaled
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize(
-    "stage,grid_size,dim", [("stride16", 14, 112), ("stride16", 7, 112), ("head", 7, 1280)]
+    "stage,grid_size", [("stride16", 14), ("stride16", 7), ("head", 7), ("multilevel", 14)]
 )
-def test_lite0_grid_shape(stage: str, grid_size: int, dim: int) -> None:
-    enc = EfficientNetLite0Encoder(pretrained=False, stage=stage, grid_size=grid_size)
+def test_lite_grid_shape(variant: str, stage: str, grid_size: int) -> None:
+    s16 = round_filters(112, VARIANTS[variant].width)
+    dim = {"stride16": s16, "head": 1280, "multilevel": s16 + 1280}[stage]
+    enc = EfficientNetLiteEncoder(pretrained=False, stage=stage, grid_size=grid_size, variant=variant)
     assert (enc.out_dim, enc.mean, enc.std) == (dim, LITE0_MEAN, LITE0_MEAN)
     assert enc(torch.randn(1, 3, 224, 224)).shape == (1, grid_size * grid_size, dim)
 
 
 def test_lite0_stride16_map_is_14x14_at_224() -> None:
-    enc = EfficientNetLite0Encoder(pretrained=False)
+    enc = EfficientNetLiteEncoder(pretrained=False)
     assert enc.blocks(enc.stem(torch.randn(1, 3, 224, 224))).shape == (1, 112, 14, 14)
+
+
+def test_multilevel_cells_are_the_stride16_map_beside_the_upsampled_head() -> None:
+    torch.manual_seed(0)
+    multi = EfficientNetLiteEncoder(pretrained=False, stage="multilevel", grid_size=14).eval()
+    head = EfficientNetLiteEncoder(pretrained=False, stage="head", grid_size=7).eval()
+    fine = EfficientNetLiteEncoder(pretrained=False, stage="stride16", grid_size=14).eval()
+    head.load_state_dict(multi.state_dict())
+    fine.load_state_dict({k: v for k, v in multi.state_dict().items() if k in fine.state_dict()})
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        out = multi(x).view(1, 14, 14, -1)  # (1, 14, 14, 112 + 1280)
+        coarse = head(x).view(1, 7, 7, 1280)
+        torch.testing.assert_close(out[..., :112], fine(x).view(1, 14, 14, 112))
+        # cell (r, c) of the 14x14 grid holds the head vector of cell (r // 2, c // 2)
+        torch.testing.assert_close(out[0, 5, 9, 112:], coarse[0, 2, 4])
+        torch.testing.assert_close(out[0, 13, 0, 112:], coarse[0, 6, 0])
 
 
 def test_lite0_pretrained_load_is_exact_and_changes_features(lite0_path: Path) -> None:
     state = torch.load(lite0_path, map_location="cpu", weights_only=True)
-    pre = EfficientNetLite0Encoder(pretrained=True, stage="head", grid_size=7).eval()
-    rand = EfficientNetLite0Encoder(pretrained=False, stage="head", grid_size=7).eval()
+    pre = EfficientNetLiteEncoder(pretrained=True, stage="head", grid_size=7).eval()
+    rand = EfficientNetLiteEncoder(pretrained=False, stage="head", grid_size=7).eval()
     assert torch.equal(pre.stem[0].weight, state["_conv_stem.weight"])
     assert torch.equal(pre.head[1].running_var, state["_bn1.running_var"])
     x = torch.randn(1, 3, 224, 224)
@@ -206,18 +244,18 @@ def test_lite0_pretrained_load_is_exact_and_changes_features(lite0_path: Path) -
     assert not pre.trainable and not rand.trainable  # freeze=True by default
 
 
-def test_lite0_encoder_head_equals_classifier_features(lite0_classifier: EfficientNetLite0) -> None:
-    enc = EfficientNetLite0Encoder(pretrained=True, stage="head", grid_size=7).eval()
+def test_lite_encoder_head_equals_classifier_features(lite_classifier: EfficientNetLite) -> None:
+    enc = EfficientNetLiteEncoder(pretrained=True, stage="head", grid_size=7, variant=lite_classifier.variant)
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
-        expected = lite0_classifier.features(x).flatten(2).transpose(1, 2)  # (1, 49, 1280)
-        torch.testing.assert_close(enc(x), expected)
+        expected = lite_classifier.features(x).flatten(2).transpose(1, 2)  # (1, 49, 1280)
+        torch.testing.assert_close(enc.eval()(x), expected)
 
 
-def test_lite0_classifier_outputs_a_distribution(lite0_classifier: EfficientNetLite0) -> None:
+def test_lite_classifier_outputs_a_distribution(lite_classifier: EfficientNetLite) -> None:
     torch.manual_seed(0)
     with torch.no_grad():
-        logits = lite0_classifier(torch.rand(2, 3, 224, 224) * 2 - 1)
+        logits = lite_classifier(torch.rand(2, 3, 224, 224) * 2 - 1)
     assert logits.shape == (2, 1000) and torch.isfinite(logits).all()
     probs = logits.softmax(-1)
     torch.testing.assert_close(probs.sum(-1), torch.ones(2))
@@ -232,20 +270,30 @@ def test_lite0_loading_is_strict(lite0_path: Path, tmp_path: Path) -> None:
     with pytest.raises(
         RuntimeError, match=r"(?s)lite0_missing_key\.pth.*_blocks\.3\._depthwise_conv\.weight"
     ):
-        EfficientNetLite0Encoder(pretrained=True, weights_path=str(bad))
+        EfficientNetLiteEncoder(pretrained=True, weights_path=str(bad))
+
+
+def test_lite2_refuses_lite0_weights(lite0_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"not an EfficientNet-Lite2 state dict"):
+        EfficientNetLiteEncoder(pretrained=True, weights_path=str(lite0_path), variant="lite2")
+
+
+def test_unknown_variant_names_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"'lite9'.*lite0, lite1, lite2"):
+        EfficientNetLiteEncoder(pretrained=False, variant="lite9")
 
 
 def test_lite0_missing_weights_file_says_how_to_fix(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="pretrained: false"):
-        EfficientNetLite0Encoder(pretrained=True, weights_path=str(tmp_path / "absent.pth"))
+        EfficientNetLiteEncoder(pretrained=True, weights_path=str(tmp_path / "absent.pth"))
 
 
 def test_lite0_freeze_keeps_bn_stats_in_train_mode() -> None:
-    enc = EfficientNetLite0Encoder(pretrained=False, freeze=True).train()
+    enc = EfficientNetLiteEncoder(pretrained=False, freeze=True).train()
     before = _bn_buffers(enc)
     enc(torch.randn(2, 3, 64, 64) * 3)
     assert all(torch.equal(before[k], v) for k, v in _bn_buffers(enc).items())
-    assert EfficientNetLite0Encoder(pretrained=False, freeze=False).trainable
+    assert EfficientNetLiteEncoder(pretrained=False, freeze=False).trainable
 
 
 def _flickr_images(want_dog: bool, n: int) -> list[Path]:
@@ -261,7 +309,7 @@ def _flickr_images(want_dog: bool, n: int) -> list[Path]:
 
 
 @pytest.mark.skipif(not (FLICKR8K / "Flickr8k.token.txt").is_file(), reason="Flickr8k not in ../shared/data")
-def test_lite0_recognises_dogs_in_flickr8k_photos(lite0_classifier: EfficientNetLite0) -> None:
+def test_lite_recognises_dogs_in_flickr8k_photos(lite_classifier: EfficientNetLite) -> None:
     mean = torch.tensor(LITE0_MEAN).view(1, 3, 1, 1)
 
     def batch(paths: list[Path]) -> torch.Tensor:
@@ -270,8 +318,8 @@ def test_lite0_recognises_dogs_in_flickr8k_photos(lite0_classifier: EfficientNet
         return (x - mean) / mean  # std == mean == 0.5
 
     with torch.no_grad():
-        dogs = lite0_classifier(batch(_flickr_images(True, 8))).softmax(-1)
-        others = lite0_classifier(batch(_flickr_images(False, 8))).softmax(-1)
+        dogs = lite_classifier(batch(_flickr_images(True, 8))).softmax(-1)
+        others = lite_classifier(batch(_flickr_images(False, 8))).softmax(-1)
     top5_has_dog = [bool(set(row.tolist()) & set(DOG_CLASSES)) for row in dogs.topk(5).indices]
     assert sum(top5_has_dog) >= 7, top5_has_dog
     dog_mass = dogs[:, DOG_CLASSES].sum(-1).mean()
@@ -289,9 +337,12 @@ def _config(name: str):
 def test_configs_instantiate_the_documented_encoders() -> None:
     small = instantiate(_config("small_cnn"))
     assert isinstance(small, SmallCNN) and (small.out_dim, small.grid_size) == (128, 6)
-    lite = instantiate(_config("efficientnet_lite0"))
-    assert isinstance(lite, EfficientNetLite0Encoder)
-    assert (lite.out_dim, lite.grid_size, lite.stage, lite.trainable) == (112, 14, "stride16", False)
+    for variant, dim in (("lite0", 112), ("lite1", 112), ("lite2", 120)):
+        cfg = OmegaConf.merge(_config("efficientnet_lite0"), _config(f"efficientnet_{variant}"))
+        cfg.pop("defaults", None)
+        lite = instantiate(cfg)
+        assert isinstance(lite, EfficientNetLiteEncoder) and lite.variant == variant
+        assert (lite.out_dim, lite.grid_size, lite.stage, lite.trainable) == (dim, 14, "stride16", False)
     for arch in ("resnet50", "resnet101"):
         cfg = _config(arch)
         with pytest.raises(InstantiationException, match="pretrained: false"):

@@ -15,7 +15,7 @@ from captioning.data.readers import read_flickr8k
 from captioning.data.sources import RecordSource, SyntheticSource
 from captioning.inference.captioner import Captioner
 from captioning.inference.evaluation import decode_source
-from captioning.models.encoders import EfficientNetLite0Encoder, SmallCNN
+from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN
 from captioning.training.config import compose_config
 from captioning.training.preflight import check_model_config
 from captioning.training.train import train
@@ -194,7 +194,7 @@ def test_training_refuses_a_cache_made_by_a_different_encoder(tmp_path):
 @pytest.mark.skipif(not (SHARED_DATA / "flickr8k").is_dir(), reason="Flickr8k is not in ../shared/data")
 def test_flickr8k_photos_cached_as_the_live_lite0_encoder_sees_them(tmp_path):
     source = RecordSource(read_flickr8k(SHARED_DATA / "flickr8k", "dev"), limit=2)
-    encoder = EfficientNetLite0Encoder(out_dim=112)  # frozen, packaged ImageNet weights
+    encoder = EfficientNetLiteEncoder(out_dim=112)  # frozen, packaged ImageNet weights
     features = FeatureCache(encoder, tmp_path, progress=False).features(source, 224)
     cached = torch.stack([features(i) for i in range(2)])
     live = live_features(encoder, source, 224)

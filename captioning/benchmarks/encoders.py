@@ -8,10 +8,10 @@ from captioning.benchmarks.timing import timed
 
 
 def bench_encoders(args, device: torch.device) -> list[dict]:
-    from captioning.models.encoders import EfficientNetLite0Encoder, TorchvisionEncoder
+    from captioning.models.encoders import EfficientNetLiteEncoder, TorchvisionEncoder
 
     encoders = {
-        "efficientnet_lite0 (stride16)": lambda: EfficientNetLite0Encoder(pretrained=False, grid_size=14)
+        "efficientnet_lite0 (stride16)": lambda: EfficientNetLiteEncoder(pretrained=False, grid_size=14)
     }
     if not args.quick:
         encoders["resnet101"] = lambda: TorchvisionEncoder("resnet101", pretrained=False, grid_size=14)
