@@ -155,6 +155,67 @@ class ResumeProbe(pl.Callback):
         ResumeProbe.seen["end_step"] = trainer.global_step
 
 
+class KillAtValidation(pl.Callback):
+    """Stands for a SIGKILL during the first epoch's validation (after its last training step)."""
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            raise RuntimeError("killed during validation")
+
+
+def test_a_kill_between_an_epochs_last_step_and_its_validation_still_validates_that_epoch(
+    tmp_path: Path,
+) -> None:
+    # 16 scenes x 5 captions / batch 8 = 10 steps an epoch; last.ckpt due at steps 5 and 10 (the last).
+    run = [
+        *TINY,
+        "data.train.num_images=16",
+        "trainer.max_epochs=1",
+        "callbacks.last_checkpoint.every_n_train_steps=5",
+    ]
+    cfg = compose_train(run, tmp_path)
+    with open_dict(cfg):
+        cfg.callbacks.kill = OmegaConf.create({"_target_": f"{__name__}.KillAtValidation"})
+    with pytest.raises(RuntimeError, match="killed during validation"):
+        train(cfg)
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    # The step-10 save waits for the validation that never ended: last.ckpt is the mid-epoch one.
+    assert (saved["global_step"], saved["epoch"]) == (5, 0)
+
+    best = Path(train(compose_train([*run, "ckpt_path=last"], tmp_path)))
+    assert best.name.startswith("epoch000-step000010-cider")  # epoch 0 validated and ranked after resume
+    resumed = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert resumed["global_step"] == 10 and "val/CIDEr" in str(resumed["callbacks"])
+
+
+def test_the_periodic_save_at_an_epochs_last_step_happens_after_its_validation(tmp_path: Path) -> None:
+    run = [
+        *TINY,
+        "data.train.num_images=16",
+        "trainer.max_epochs=2",
+        "callbacks.last_checkpoint.every_n_train_steps=5",
+    ]
+    cfg = compose_train(run, tmp_path)
+    with open_dict(cfg):
+        cfg.callbacks.probe = OmegaConf.create({"_target_": f"{__name__}.SaveOrder"})
+    SaveOrder.events.clear()
+    train(cfg)
+    # every save of last.ckpt at an epoch's last step (10, 20) comes after that epoch's validation
+    assert SaveOrder.events == ["save 5", "validated 10", "save 10", "save 15", "validated 20", "save 20"]
+
+
+class SaveOrder(pl.Callback):
+    events: list[str] = []
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            SaveOrder.events.append(f"validated {trainer.global_step}")
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module, checkpoint) -> None:
+        if not SaveOrder.events or SaveOrder.events[-1] != f"save {trainer.global_step}":
+            SaveOrder.events.append(f"save {trainer.global_step}")
+
+
 def _kill_once_checkpointed(run_dir: Path, timeout_s: float = 240.0) -> None:
     """Start ``python -m captioning.training.train``, SIGKILL it as soon as its first last.ckpt exists."""
     command = [sys.executable, "-m", "captioning.training.train", *RUN, f"hydra.run.dir={run_dir}"]
