@@ -346,3 +346,68 @@ def test_a_file_name_escaping_the_image_folder_is_refused(tmp_path: Path) -> Non
     _append(root / "Flickr_8k.trainImages.txt", "../../etc/passwd\n")
     with pytest.raises(DatasetError, match=r"resolves outside .*Flicker8k_Dataset"):
         read_flickr8k(root, "train")
+
+
+# ---------------------------------------------------------------- file-level problems, every reader
+
+
+def test_annotation_files_that_are_not_utf8_name_the_file_and_byte(tmp_path: Path) -> None:
+    js, root, data = _karpathy(tmp_path / "k")
+    js.write_bytes(json.dumps(data).replace("A bus.", "A caf\u00e9 bus.").encode("latin-1"))
+    with pytest.raises(
+        DatasetError, match=r"dataset_coco\.json: not UTF-8 text \(byte 0xe9 at offset \d+, line 1\)"
+    ):
+        read_karpathy(js, root, "train")
+    coco, images, _ = _coco(tmp_path / "c")
+    coco.write_bytes(b'{"images": [], "annotations": [], "info": "\xff"}')
+    with pytest.raises(DatasetError, match=r"captions\.json: not UTF-8 text \(byte 0xff"):
+        read_coco(coco, images)
+    root = _flickr(tmp_path / "f")
+    token = root / "Flickr8k.token.txt"
+    token.write_bytes(token.read_bytes() + "333_c.jpg#1\tA na\u00efve man .\n".encode("cp1252"))
+    with pytest.raises(
+        DatasetError, match=r"Flickr8k\.token\.txt: not UTF-8 text \(byte 0xef at offset \d+, line 7\)"
+    ):
+        read_flickr8k(root, "train")
+
+
+@pytest.mark.parametrize("depth", [100_000, 2_000_000])
+def test_absurdly_nested_json_is_one_dataset_error(tmp_path: Path, depth: int) -> None:
+    js, root, _ = _karpathy(tmp_path)
+    js.write_text("[" * depth + "]" * depth, encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"dataset_coco\.json: JSON nested deeper than the parser's limit"):
+        read_karpathy(js, root, "train")
+
+
+def test_a_karpathy_split_name_that_matches_nothing_lists_the_names_found(tmp_path: Path) -> None:
+    js, root, data = _karpathy(tmp_path)
+    for entry in data["images"]:
+        entry["split"] = {"train": "TRAIN", "restval": "rest"}.get(entry["split"], entry["split"])
+    _write_json(js, data)
+    with pytest.raises(DatasetError) as info:
+        read_karpathy(js, root, "train")
+    message = str(info.value)
+    assert str(js) in message and "\n" not in message
+    assert "no image has split 'restval' or 'train'" in message
+    assert "split names found: 'TRAIN' (2), 'rest' (1), 'test' (1), 'val' (1)" in message
+
+
+def test_a_split_whose_every_image_is_skipped_says_so(tmp_path: Path) -> None:
+    js, root, data = _karpathy(tmp_path)
+    data["images"][3]["filename"] = "gone.jpg"  # the only val image
+    _write_json(js, data)
+    with pytest.raises(
+        DatasetError,
+        match=r"dataset_coco\.json: no usable image in split 'val': all skipped \(1 missing image file\)",
+    ):
+        read_karpathy(js, root, "val", on_error="skip")
+    coco, images, data = _coco(tmp_path / "c")
+    _write_json(coco, {"images": [], "annotations": []})
+    with pytest.raises(DatasetError, match=r"captions\.json: no usable image in 'images': none listed"):
+        read_coco(coco, images)
+    root = _flickr(tmp_path / "f")
+    (root / "Flickr_8k.devImages.txt").write_text("\n", encoding="utf-8")
+    with pytest.raises(
+        DatasetError, match=r"Flickr_8k\.devImages\.txt: no usable image in the 'dev' split list: none listed"
+    ):
+        read_flickr8k(root, "dev")

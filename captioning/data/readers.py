@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import logging
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,10 +64,15 @@ class _Problems:
             raise DatasetError(f"{where}: {detail}")
         self.counts[reason] += 1
 
-    def warn(self) -> None:
-        if self.counts:
-            summary = ", ".join(f"{n} {reason}" for reason, n in sorted(self.counts.items()))
+    def finish(self, records: list[ImageRecord], what: str) -> list[ImageRecord]:
+        """Log the skip counts; refuse an empty result naming the file and why (nothing listed, all skipped)."""
+        summary = ", ".join(f"{n} {reason}" for reason, n in sorted(self.counts.items()))
+        if not records:
+            why = f"all skipped ({summary})" if summary else "none listed"
+            raise DatasetError(f"{self.dataset}: no usable image in {what}: {why}; expected at least one")
+        if summary:
             _log.warning("%s: skipped %s", self.dataset, summary)
+        return records
 
 
 def _is_int(value: object) -> bool:
@@ -111,12 +117,30 @@ def _existing(path: str | Path, expected: str, is_dir: bool = False) -> Path:
     return path
 
 
-def _load_json(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text, or one DatasetError naming the file and the first byte that is not UTF-8."""
+    data = path.read_bytes()
     try:
-        with path.open(encoding="utf-8") as f:
-            data = json.load(f)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DatasetError(
+            f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}, line {line}); "
+            "expected a UTF-8 file (re-encode it, e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
+def _load_json(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    text = _read_text(path)
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise DatasetError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+    except RecursionError:
+        raise DatasetError(
+            f"{path}: JSON nested deeper than the parser's limit ({sys.getrecursionlimit()} levels); "
+            "expected an annotation file (a few levels deep)"
+        ) from None
     if not isinstance(data, dict):
         raise DatasetError(f"{path}: top level is {type(data).__name__}; expected a JSON object")
     for key in keys:
@@ -176,8 +200,7 @@ def read_coco(
         record = _make_record(image_id, path, captions, report, f"{ann_file} image id {image_id}", image_dir)
         if record is not None:
             records.append(record)
-    report.warn()
-    return records
+    return report.finish(records, "'images'")
 
 
 def read_karpathy(
@@ -205,6 +228,7 @@ def read_karpathy(
 
     records: list[ImageRecord] = []
     seen: set[int] = set()
+    matched = 0  # entries of the wanted split(s), valid or not
     for i, entry in enumerate(data["images"]):
         where = f"{json_file} images[{i}]"
         if not (isinstance(entry, dict) and isinstance(entry.get("split"), str)):
@@ -212,6 +236,7 @@ def read_karpathy(
             continue
         if entry["split"] not in wanted:
             continue
+        matched += 1
         image_id = entry.get("cocoid", entry.get("imgid"))
         filepath = entry.get("filepath", "")
         sentences = entry.get("sentences")
@@ -239,25 +264,32 @@ def read_karpathy(
         record = _make_record(image_id, path, captions, report, where, image_root)
         if record is not None:
             records.append(record)
-    report.warn()
-    return records
+    if not matched:
+        found = Counter(
+            e["split"] for e in data["images"] if isinstance(e, dict) and isinstance(e.get("split"), str)
+        )
+        listing = ", ".join(f"{name!r} ({n})" for name, n in sorted(found.items())) or "none"
+        raise DatasetError(
+            f"{json_file}: no image has split {' or '.join(map(repr, sorted(wanted)))}; split names found: "
+            f"{listing}; expected one of {', '.join(KARPATHY_SPLITS)}"
+        )
+    return report.finish(records, f"split {split!r}")
 
 
 def _read_flickr8k_captions(token_file: Path, report: _Problems) -> dict[str, list[tuple[int, int, str]]]:
     """``<image>.jpg#<k>\\t<caption>`` lines -> {image name: [(k, line number, caption), ...]}."""
     captions: dict[str, list[tuple[int, int, str]]] = {}
-    with token_file.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            key, tab, caption = line.partition("\t")
-            name, hash_, k = key.rpartition("#")
-            if not (tab and hash_ and name and k.isdigit()):
-                detail = f"got {line!r:.120}; expected '<image>.jpg#<k>\\t<caption>'"
-                report("malformed line", f"{token_file} line {lineno}", detail)
-                continue
-            captions.setdefault(name, []).append((int(k), lineno, caption))
+    for lineno, line in enumerate(_read_text(token_file).split("\n"), start=1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            continue
+        key, tab, caption = line.partition("\t")
+        name, hash_, k = key.rpartition("#")
+        if not (tab and hash_ and name and k.isdigit()):
+            detail = f"got {line!r:.120}; expected '<image>.jpg#<k>\\t<caption>'"
+            report("malformed line", f"{token_file} line {lineno}", detail)
+            continue
+        captions.setdefault(name, []).append((int(k), lineno, caption))
     return captions
 
 
@@ -279,7 +311,7 @@ def read_flickr8k(root: str | Path, split: str, *, on_error: str = "raise") -> l
 
     records: list[ImageRecord] = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(split_file.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(_read_text(split_file).splitlines(), start=1):
         name = line.strip()
         if not name:
             continue
@@ -305,5 +337,4 @@ def read_flickr8k(root: str | Path, split: str, *, on_error: str = "raise") -> l
         record = _make_record(Path(name).stem, image_dir / name, captions, report, where, image_dir)
         if record is not None:
             records.append(record)
-    report.warn()
-    return records
+    return report.finish(records, f"the {split!r} split list")
