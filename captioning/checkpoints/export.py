@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
-from captioning.checkpoints.load import CheckpointError, net_state, read_checkpoint
+from captioning.checkpoints.load import CheckpointError, load_captioner, net_state, read_checkpoint
 
 FORMAT = "captioning-export/1"
 MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header starting with "{"
@@ -37,6 +37,9 @@ def export_checkpoint(checkpoint_path: str | Path, out: str | Path, fp16: bool =
     from safetensors.torch import save_file
 
     checkpoint_path, out = Path(checkpoint_path), Path(out)
+    load_captioner(
+        checkpoint_path
+    )  # everything loading checks, naming the source: no broken export is written
     checkpoint = read_checkpoint(checkpoint_path)
     state = net_state(checkpoint)
     if fp16:  # floating weights only; integer buffers (step counters) keep their dtype

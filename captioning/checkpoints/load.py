@@ -19,6 +19,7 @@ from typing import Any
 
 import hydra
 import torch
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -140,7 +141,7 @@ def _network_config(meta: dict, path: Path) -> dict:
         )
     try:
         net_config = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
-    except (OmegaConfBaseException, ValueError, TypeError, AttributeError) as err:
+    except (OmegaConfBaseException, ValueError, TypeError, AttributeError, yaml.YAMLError) as err:
         raise CheckpointError(
             f"{path}: net_config is not a valid config: {' '.join(str(err).split())[:200]}"
         ) from err

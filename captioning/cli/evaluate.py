@@ -13,23 +13,6 @@ import sys
 from pathlib import Path
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """What a wrong checkpoint, data path or override raises: reported in one line, exit status 2."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from captioning.checkpoints.load import CheckpointError
-
-    return (
-        CheckpointError,
-        FileNotFoundError,
-        ValueError,
-        RuntimeError,
-        HydraException,
-        OmegaConfBaseException,
-    )
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "evaluate",
@@ -60,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here so `captioning caption` and `captioning score` do not pay for Hydra composition.
     from omegaconf import OmegaConf
 
+    from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import (
         build_source,
         evaluate_checkpoint,
@@ -82,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
             cache_dir=cfg.paths.cache if cfg.feature_cache else None,
             device=cfg.device,
         )
-    except user_errors() as err:
-        print(f"captioning evaluate: error: {err}", file=sys.stderr)
+    except (*user_errors(), ValueError, RuntimeError) as err:  # e.g. a decoding value a check refused
+        print(f"captioning evaluate: error: {one_line(err)}", file=sys.stderr)
         return 2
     out_dir = args.out_dir or default_out_dir(
         args.checkpoint, data_name, cfg.split, evaluation.decoding["num_beams"]

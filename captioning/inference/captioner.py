@@ -100,7 +100,10 @@ def as_pil(image: ImageInput) -> Image.Image:
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N, mps or auto") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device}: CUDA is not available on this machine (use 'cpu' or 'auto')")
     return device

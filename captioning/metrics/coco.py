@@ -279,9 +279,17 @@ def load_results(results_json: str | Path, references: Mapping[Hashable, Sequenc
     if not path.is_file():
         raise FileNotFoundError(f"results file {path} does not exist")
     try:
-        anns = json.loads(path.read_text())
+        anns = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"results file {path} is not valid JSON: {err}") from err
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"results file {path} is not UTF-8 text (byte at offset {err.start}); expected JSON"
+        ) from None
+    except RecursionError:
+        raise ValueError(
+            f"results file {path}: JSON nested too deeply; expected a list of {{image_id, caption}}"
+        ) from None
     if not isinstance(anns, list):
         raise ValueError(
             f"{path}: the top level is a JSON {type(anns).__name__}; expected a list of {{image_id, caption}}"

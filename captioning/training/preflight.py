@@ -13,7 +13,9 @@ import torch
 from omegaconf import DictConfig
 
 from captioning.data.vocab import SPECIALS, Vocab
+from captioning.errors import one_line
 from captioning.training.build import build_model
+from captioning.training.validate import ConfigError
 
 PLACEHOLDER_WORDS = 4  # any size works: only the embedding and output layers depend on it
 
@@ -23,4 +25,7 @@ def check_model_config(cfg: DictConfig) -> None:
     vocab = Vocab([*SPECIALS, *(f"w{i}" for i in range(PLACEHOLDER_WORDS))])
     # Leave the global RNG as it was: the real model must be initialised exactly as without this check.
     with torch.random.fork_rng(devices=[]):
-        build_model(cfg.model, vocab)  # built, checked, dropped
+        try:
+            build_model(cfg.model, vocab)  # built, checked, dropped
+        except Exception as err:  # noqa: BLE001 - whatever a constructor refuses is a config error
+            raise ConfigError(f"model: {one_line(err)}") from err

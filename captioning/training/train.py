@@ -7,6 +7,7 @@ Ends by printing ``best checkpoint: PATH`` (scripts rely on that line).
 from __future__ import annotations
 
 import os
+import sys
 
 from captioning.cli.runtime import configure_process
 
@@ -17,6 +18,7 @@ import pytorch_lightning as pl  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
 from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 
+from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.config import CONFIG_DIR  # noqa: E402
 from captioning.training.preflight import check_model_config  # noqa: E402
@@ -71,7 +73,13 @@ def train(cfg: DictConfig) -> str:
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    best = train(cfg)
+    try:
+        best = train(cfg)
+    except Exception as err:  # a user's mistake is one line and exit status 2; a bug keeps its traceback
+        if not is_user_error(err):
+            raise
+        print(f"captioning-train: error: {one_line(err)}", file=sys.stderr, flush=True)
+        sys.exit(2)  # SystemExit passes through Hydra's error report
     if int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0:
         print(f"best checkpoint: {best}", flush=True)  # once, even under DDP
 
