@@ -1,0 +1,42 @@
+"""Rewrite the decoding defaults stored in a checkpoint or an export (e.g. after tuning them on dev).
+
+Everything else is kept bit for bit; the new settings are checked (``GenerationConfig``) before anything
+is written, and the file is replaced atomically, so a failure leaves the old one intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from captioning.checkpoints.export import FORMAT, is_export, read_export
+from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.save import atomic_torch_save
+from captioning.decoding.config import GenerationConfig
+
+
+def write_decoding_defaults(path: str | Path, options: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``options`` into the stored decoding defaults of ``path``; returns the new defaults."""
+    path = Path(path)
+    current = load_captioner(path).decoding  # the file is a valid checkpoint before it is touched
+    decoding = GenerationConfig.from_dict(current).replace(**options).to_dict()
+    if is_export(path):
+        from safetensors.torch import save_file
+
+        state, meta = read_export(path)
+        meta = {**meta, "decoding": decoding}
+        if (meta.get("provenance") or {}).get("dtype") == "float16":  # read back as float32: store as written
+            state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+        tmp = path.with_name(path.name + ".partial")
+        save_file(state, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
+        os.replace(tmp, path)
+    else:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint[CHECKPOINT_KEY]["decoding"] = decoding
+        atomic_torch_save(checkpoint, path)
+    return decoding

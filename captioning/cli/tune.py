@@ -1,0 +1,114 @@
+"""``captioning tune --checkpoint CKPT [overrides] [--num-beams 3 5] [--length-penalty 0 0.5 1]
+[--no-repeat-ngram-size 0 3] [--write]`` (overrides before the list flags, which take every value after them)
+
+Decodes the dev split (``split=val``, composing conf/eval.yaml like ``captioning evaluate``) once per
+setting of the grid, scores each by CIDEr-D, prints the table with the held-out check (chosen on one half
+of the images, reported on the other) and writes ``tuning.json``; ``--write`` stores the best setting as
+the checkpoint's (or export's) decoding defaults, which ``caption``, ``evaluate`` and the API then use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "tune",
+        help="tune beam width, length penalty and n-gram blocking on dev by CIDEr-D; --write stores the best",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt or an exported .safetensors")
+    parser.add_argument("--num-beams", type=int, nargs="+", default=[3, 5])
+    parser.add_argument("--length-penalty", type=float, nargs="+", default=[0.0, 0.5, 1.0])
+    parser.add_argument("--no-repeat-ngram-size", type=int, nargs="+", default=[0, 3])
+    parser.add_argument("--write", action="store_true", help="store the best setting in the checkpoint")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="tuning.json (default: beside the evaluations)"
+    )
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/eval.yaml, e.g. data=flickr8k")
+    return parser
+
+
+def _table(rows, chosen) -> str:
+    lines = ["num_beams  length_penalty  no_repeat_ngram  CIDEr-D  (even / odd half)  words"]
+    for r in rows:
+        o = r.options
+        mark = "  <- best" if r is chosen else ""
+        lines.append(
+            f"{o['num_beams']:>9}  {o['length_penalty']:>14}  {o['no_repeat_ngram_size']:>15}  "
+            f"{100 * r.cider:7.2f}  ({100 * r.cider_even:6.2f} / {100 * r.cider_odd:6.2f})  "
+            f"{r.mean_length:5.2f}{mark}"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from captioning.checkpoints.defaults import write_decoding_defaults
+    from captioning.checkpoints.load import load_captioner
+    from captioning.data.features import FeatureCache
+    from captioning.decoding.config import GenerationConfig, check_option
+    from captioning.errors import one_line, user_errors
+    from captioning.inference.evaluation import build_source, decode_source
+    from captioning.inference.tuning import SplitScorer, best, grid, held_out, score_setting
+    from captioning.training.config import compose_config
+
+    try:
+        settings = grid(
+            num_beams=args.num_beams,
+            length_penalty=args.length_penalty,
+            no_repeat_ngram_size=args.no_repeat_ngram_size,
+        )
+        for options in settings:
+            for name, value in options.items():
+                check_option(name, value)
+        cfg, choices = compose_config("eval", ["split=val", *args.overrides])
+        source = build_source(cfg.data, cfg.split)
+        model = load_captioner(args.checkpoint)
+        encoder = model.net.encoder
+        frozen = not any(p.requires_grad for p in encoder.parameters())
+        cache = FeatureCache(encoder, cfg.paths.cache) if cfg.feature_cache and frozen else None
+    except (*user_errors(), ValueError) as err:
+        print(f"captioning tune: error: {one_line(err)}", file=sys.stderr)
+        return 2
+    stored = GenerationConfig.from_dict(model.decoding)
+    scorer = SplitScorer(source)
+    rows = []
+    for options in settings:
+        decoding = stored.replace(**options).to_dict()
+        decoded = decode_source(model, source, decoding, cfg.batch_size, cache)
+        rows.append(score_setting(options, dict(zip(decoded.indices, decoded.captions)), scorer))
+        print(f"  {options}: CIDEr-D {100 * rows[-1].cider:.2f}", flush=True)
+    chosen = best(rows)
+    # the stored setting when it is in the grid (what the checkpoint decodes with today), else the first
+    stored_options = {k: getattr(stored, k) for k in settings[0]}
+    baseline = stored_options if stored_options in settings else settings[0]
+    check = held_out(rows, baseline)
+    print(_table(rows, chosen))
+    for name, entry in check.items():
+        print(f"held out, {name.replace('_', ' ')}: {entry}")
+    out = args.out or Path("outputs") / "tune" / args.checkpoint.stem / f"{choices['data']}-{cfg.split}.json"
+    payload = {
+        "checkpoint": str(args.checkpoint),
+        "data": f"{choices['data']}/{cfg.split}",
+        "stored_before": stored.to_dict(),
+        "rows": [r.to_dict() for r in rows],
+        "best": chosen.to_dict(),
+        "held_out": check,
+        "baseline": baseline,
+    }
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {out}")
+        if args.write:
+            new = write_decoding_defaults(args.checkpoint, chosen.options)
+            print(f"stored in {args.checkpoint}: {new}")
+    except (OSError, *user_errors()) as err:
+        print(f"captioning tune: error: {one_line(err)}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,134 @@
+"""Decoding tuned on dev: the grid, the choice, the held-out check, the defaults written back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning.checkpoints.defaults import write_decoding_defaults
+from captioning.checkpoints.export import export_checkpoint, read_export
+from captioning.checkpoints.load import load_captioner
+from captioning.cli.main import main
+from captioning.inference.tuning import SplitScorer, TuningRow, best, grid, held_out
+from captioning.metrics.cider import CiderD
+
+from corpus import write_checkpoint
+
+
+class Refs:
+    """A stand-in source: captions only."""
+
+    def __init__(self, captions: list[list[str]]):
+        self._captions = captions
+
+    def __len__(self) -> int:
+        return len(self._captions)
+
+    def captions(self, i: int) -> list[str]:
+        return self._captions[i]
+
+
+def test_grid_is_every_combination_in_order() -> None:
+    assert grid(num_beams=[1, 3], length_penalty=[0.0, 1.0]) == [
+        {"num_beams": 1, "length_penalty": 0.0},
+        {"num_beams": 1, "length_penalty": 1.0},
+        {"num_beams": 3, "length_penalty": 0.0},
+        {"num_beams": 3, "length_penalty": 1.0},
+    ]
+
+
+def _row(beams: int, cider: float, even: float, odd: float) -> TuningRow:
+    return TuningRow({"num_beams": beams}, cider, even, odd, 10.0)
+
+
+def test_best_takes_the_highest_and_the_earlier_on_ties() -> None:
+    rows = [_row(1, 0.5, 0.4, 0.6), _row(3, 0.7, 0.9, 0.5), _row(5, 0.7, 0.5, 0.9)]
+    assert best(rows).options == {"num_beams": 3}
+    assert best(rows, "cider_odd").options == {"num_beams": 5}
+
+
+def test_held_out_reports_the_other_half_of_each_choice() -> None:
+    rows = [_row(1, 0.5, 0.4, 0.6), _row(3, 0.7, 0.9, 0.5), _row(5, 0.7, 0.5, 0.9)]
+    check = held_out(rows, {"num_beams": 1})
+    # chosen on even: beams 3 (0.9), reported on odd: 0.5 against the baseline's 0.6 (a loss, shown as is)
+    assert check["chosen_on_even"] == {
+        "options": {"num_beams": 3},
+        "cider_odd": 0.5,
+        "baseline_cider_odd": 0.6,
+    }
+    assert check["chosen_on_odd"] == {
+        "options": {"num_beams": 5},
+        "cider_even": 0.5,
+        "baseline_cider_even": 0.4,
+    }
+    with pytest.raises(ValueError, match="not in the grid"):
+        held_out(rows, {"num_beams": 7})
+
+
+def test_split_scorer_scores_each_half_on_its_own_references() -> None:
+    refs = [
+        ["a dog runs", "a brown dog"],
+        ["a cat sleeps", "the cat"],
+        ["two men", "men talk"],
+        ["a bus", "red bus"],
+    ]
+    hyps = {0: "A dog.", 1: "a cat", 2: "two men talk", 3: "a red bus"}
+    scores = SplitScorer(Refs(refs))(hyps)
+    clean = ["a dog", "a cat", "two men talk", "a red bus"]
+    assert scores["all"] == pytest.approx(CiderD(refs).corpus_score(clean))
+    assert scores["even"] == pytest.approx(CiderD([refs[0], refs[2]]).corpus_score([clean[0], clean[2]]))
+    assert scores["odd"] == pytest.approx(CiderD([refs[1], refs[3]]).corpus_score([clean[1], clean[3]]))
+    assert SplitScorer(Refs(refs))({0: "a dog"})["odd"] == 0.0  # a missing caption scores 0, never skipped
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_written_defaults_are_what_loads_and_nothing_else_changes(tmp_path: Path, fp16: bool) -> None:
+    ckpt = write_checkpoint(tmp_path / "m.ckpt")
+    export = export_checkpoint(ckpt, tmp_path / "m.safetensors", fp16=fp16)
+    size = export.stat().st_size
+    for path in (ckpt, export):
+        before = load_captioner(path)
+        new = write_decoding_defaults(
+            path, {"num_beams": 4, "length_penalty": 0.5, "no_repeat_ngram_size": 3}
+        )
+        after = load_captioner(path)
+        assert after.decoding == new and (new["num_beams"], new["length_penalty"]) == (4, 0.5)
+        assert new["max_new_tokens"] == before.decoding["max_new_tokens"]  # the rest is kept
+        for (name, a), (_, b) in zip(before.net.state_dict().items(), after.net.state_dict().items()):
+            assert torch.equal(a, b), name
+    assert abs(export.stat().st_size - size) < 512  # still fp16 when it was: the header changed only
+    assert read_export(export)[1]["provenance"]["dtype"] == ("float16" if fp16 else "float32")
+
+
+def test_a_bad_setting_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(tmp_path / "m.ckpt")
+    data = ckpt.read_bytes()
+    with pytest.raises(ValueError, match="num_beams"):
+        write_decoding_defaults(ckpt, {"num_beams": 0})
+    assert ckpt.read_bytes() == data
+
+
+def test_tune_cli_prints_the_grid_writes_the_table_and_stores_the_best(tmp_path: Path, capsys) -> None:
+    ckpt = write_checkpoint(tmp_path / "m.ckpt")
+    out = tmp_path / "tuning.json"
+    argv = ["tune", "--checkpoint", str(ckpt), "--num-beams", "1", "2", "--length-penalty", "0", "1"]
+    argv += ["--no-repeat-ngram-size", "0", "--out", str(out), "--write", "data=synthetic"]
+    argv += ["data.val.num_images=8", "feature_cache=false"]
+    assert main(argv) == 0
+    payload = json.loads(out.read_text())
+    assert len(payload["rows"]) == 4 and payload["data"] == "synthetic/val"
+    chosen = max(payload["rows"], key=lambda r: r["cider"])
+    assert payload["best"]["cider"] == chosen["cider"]
+    stored = load_captioner(ckpt).decoding
+    assert {k: stored[k] for k in payload["best"]["options"]} == payload["best"]["options"]
+    assert "<- best" in capsys.readouterr().out
+
+
+def test_tune_cli_refuses_a_bad_grid_value_in_one_line(tmp_path: Path, capsys) -> None:
+    ckpt = write_checkpoint(tmp_path / "m.ckpt")
+    assert main(["tune", "--checkpoint", str(ckpt), "data=synthetic", "--num-beams", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("captioning tune: error:") and "num_beams" in err and "\n" not in err
