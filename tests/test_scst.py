@@ -92,3 +92,78 @@ def test_init_from_another_vocabulary_is_refused_naming_both(tmp_path):
         CheckpointError, match=r"init_from=.*its vocabulary \(\d+ words\) is not this run's \(\d+ words\)"
     ):
         train(compose_train(overrides, tmp_path / "scst"))
+
+
+def _hard_module():
+    from corpus import build_module
+
+    return build_module(["a", "red", "circle", "square", "left", "of"], ["model/decoder=hard_reinforce"])
+
+
+def test_replay_takes_the_recorded_cells_and_returns_their_log_alpha():
+    decoder = _hard_module().net.decoder.eval()
+    torch.manual_seed(0)
+    b, t, n_loc = 3, 4, 16
+    features = torch.randn(b, n_loc, decoder.feature_dim)
+    tokens = torch.randint(4, 10, (b, t))
+    locations = torch.randint(0, n_loc, (b, t))
+    with torch.no_grad(), decoder.attention.replay(locations):
+        out = decoder(features, tokens)
+    assert torch.equal(out.attention.argmax(-1), locations) and torch.equal(
+        out.attention.sum(-1), torch.ones(b, t)
+    )
+    expected = out.alphas.log().gather(-1, locations.unsqueeze(-1)).squeeze(-1)  # log α_{t, s_t}
+    torch.testing.assert_close(out.aux["location_log_prob"], expected)
+    with torch.no_grad():  # outside the block it chooses again (argmax in eval mode)
+        assert torch.equal(
+            decoder(features, tokens).attention.argmax(-1), decoder(features, tokens).alphas.argmax(-1)
+        )
+    with pytest.raises(RuntimeError, match="eval mode"), decoder.train().attention.replay(locations):
+        pass
+
+
+def test_sampling_block_samples_cells_in_eval_mode_and_restores_argmax():
+    attention = _hard_module().net.decoder.attention.eval()
+    alphas = torch.tensor([[0.5, 0.5, 0.0]]).repeat(400, 1)
+    assert torch.equal(attention.choose(alphas), torch.zeros(400, dtype=torch.long))
+    with attention.sampling():
+        drawn = attention.choose(alphas)
+    assert 150 < int((drawn == 1).sum()) < 250 and not (drawn == 2).any()
+    assert not attention.sample_at_inference
+
+
+@pytest.mark.parametrize("location_policy", [True, False])
+def test_scst_trains_reinforce_locations_only_with_the_composed_term(tmp_path, location_policy):
+    """With the location term the attention's scoring weights learn from the reward; without it (argmax
+    cells) they get no gradient at all, so they stay exactly as the cross-entropy left them."""
+    hard = [*TINY, "model/decoder=hard_reinforce"]
+    xe = train(compose_train([*hard, "trainer.max_epochs=1"], tmp_path / "xe"))
+    start = load_captioner(xe).net.state_dict()
+    overrides = [*hard, "objective=scst", f"init_from={xe}", "trainer.max_steps=3", "logger=csv",
+                 "trainer.log_every_n_steps=1", "model.num_samples=3",
+                 f"model.location_policy={str(location_policy).lower()}"]  # fmt: skip
+    after = load_captioner(train(compose_train(overrides, tmp_path / "scst"))).net.state_dict()
+    scoring = [n for n in start if n.startswith("decoder.attention.") and n.endswith("weight")]
+    moved = [n for n in scoring if not torch.equal(start[n], after[n])]
+    assert scoring and (moved if location_policy else not moved), (scoring, moved)
+    assert any(
+        not torch.equal(start[n], after[n]) for n in start if n.startswith("decoder.out")
+    )  # words learn
+    header = next((tmp_path / "scst").rglob("metrics.csv")).read_text().splitlines()[0].split(",")
+    assert ("train/location_log_prob" in header) == location_policy
+
+
+def test_location_policy_is_refused_for_soft_attention(tmp_path):
+    cfg = compose_train([*TINY, "objective=scst", "init_from=null", "model.location_policy=true"], tmp_path)
+    from hydra.errors import InstantiationException
+
+    with pytest.raises(
+        InstantiationException, match="location_policy=true needs a ReinforceHardAttention layer"
+    ):
+        build_model(cfg.model, load_captioner_vocab())
+
+
+def load_captioner_vocab():
+    from captioning.data.vocab import SPECIALS, Vocab
+
+    return Vocab([*SPECIALS, "a", "dog"])

@@ -12,9 +12,23 @@ of self-critical sequence training"). The loss, minimised, per sampled token:
 ``<end>`` is one of the sampled tokens: its log-probability gets the caption's advantage like every word,
 so the model learns when to stop; the reward scores the words only (``<end>`` removed, as the metric
 would see the caption). Sampling and the teacher-forced pass run in eval mode (no dropout), so the
-log-probabilities are those of the policy that sampled. Hard attention layers take their argmax location
-in eval mode: SCST then trains the word policy given those locations (the location scores get no
-gradient from it; their REINFORCE term is the cross-entropy objective's).
+log-probabilities are those of the policy that sampled.
+
+Hard attention trained by REINFORCE (``location_policy``, on by default for ``ReinforceHardAttention``)
+is a second policy acting inside the same trajectory: at step t the model draws a location
+s_t ~ Categorical(α_t(h_t)), then the word w_t ~ p(w | s_≤t, w_<t, I). The trajectory's probability
+factorises over steps, log p(s, w | I) = Σ_t [log α_{t, s_t} + log p(w_t | s_≤t, w_<t, I)], and the reward
+depends on the words only, so the score-function identity gives
+
+    ∇ E_{s,w}[r(w)] = E_{s,w}[ (r(w) − b) · Σ_t (∇ log p(w_t | ...) + ∇ log α_{t, s_t}) ]
+
+for any b that does not depend on (s, w) of the sample itself, here the leave-one-out mean of the other
+K − 1 trajectories. The locations are therefore *sampled* while the captions are sampled (not the
+argmax), recorded, and replayed in the teacher-forced pass (``HardAttention.replay``), which returns
+log α_{t, s_t} of the recorded cells; both terms get the same advantage, masked to the same tokens
+(a location at step t produced w_t, ``<end>`` included). With ``location_policy=false`` (and for Gumbel
+hard attention, whose locations are trained through the relaxation) the argmax cells are taken and SCST
+trains the word policy given them.
 
 Switched on by composition, from a cross-entropy checkpoint (weights only, a new optimizer):
 ``captioning-train experiment=flickr8k_soft objective=scst init_from=CKPT``.
@@ -22,6 +36,7 @@ Switched on by composition, from a cross-entropy checkpoint (weights only, a new
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -34,6 +49,7 @@ from captioning.metrics.cider import CiderD
 from captioning.models.attention.estimators import (
     leave_one_out_baseline,  # the same baseline as K-sample REINFORCE
 )
+from captioning.models.attention.hard import ReinforceHardAttention
 from captioning.training.lit_module import CaptionLitModule
 
 
@@ -45,6 +61,7 @@ class SelfCriticalLitModule(CaptionLitModule):
         init_from: str | None = None,
         sample_temperature: float = 1.0,
         sample_max_new_tokens: int = 16,
+        location_policy: bool | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -54,6 +71,14 @@ class SelfCriticalLitModule(CaptionLitModule):
             )
         self.num_samples, self.init_from = num_samples, init_from
         self.sample_temperature, self.sample_max_new_tokens = sample_temperature, sample_max_new_tokens
+        attention = getattr(self.net.decoder, "attention", None)
+        reinforce = isinstance(attention, ReinforceHardAttention)
+        if location_policy and not reinforce:
+            raise ValueError(
+                f"objective scst: location_policy=true needs a ReinforceHardAttention layer, the decoder has "
+                f"{type(attention).__name__}"
+            )
+        self.location_policy = reinforce if location_policy is None else location_policy
         self.reward: CiderD | None = None
 
     # -- set-up ---------------------------------------------------------------------------------------
@@ -97,10 +122,12 @@ class SelfCriticalLitModule(CaptionLitModule):
         k = self.num_samples
         self.net.eval()  # sample and score the same policy (no dropout), see the module docstring
         features = self.net.encode(batch["images"])  # (B, L, D)
-        sampled = generate(
-            self.net.decoder, features.detach(), do_sample=True, num_return_sequences=k,
-            temperature=self.sample_temperature, max_new_tokens=self.sample_max_new_tokens,
-        )  # fmt: skip  # (B·K, T) ids with <end>, an image's K samples adjacent
+        attention = self.net.decoder.attention if self.location_policy else None
+        with attention.sampling() if attention is not None else contextlib.nullcontext():
+            sampled = generate(
+                self.net.decoder, features.detach(), do_sample=True, num_return_sequences=k,
+                temperature=self.sample_temperature, max_new_tokens=self.sample_max_new_tokens,
+            )  # fmt: skip  # (B·K, T) ids with <end>, an image's K samples adjacent
         tokens = sampled.tokens
         captions = [" ".join(self.vocab.decode(row.tolist())) for row in tokens]
         images = batch["indices"].repeat_interleave(k).tolist()
@@ -111,8 +138,20 @@ class SelfCriticalLitModule(CaptionLitModule):
         start = torch.full_like(tokens[:, :1], Vocab.start_id)
         inputs = torch.cat([start, tokens[:, :-1]], 1)  # (B·K, T): <start> w_1 .. w_{T-1}
         mask = (tokens != Vocab.pad_id).float()  # (B·K, T): words and <end>
-        output = self.net.decoder(features.repeat_interleave(k, dim=0), inputs)  # logits (B·K, T, V)
+        replay = contextlib.nullcontext()
+        if attention is not None:  # the sampled cells s_t (one-hot rows), re-scored in the pass below
+            replay = attention.replay(sampled.attention.argmax(-1))  # (B·K, T)
+        with replay:
+            output = self.net.decoder(features.repeat_interleave(k, dim=0), inputs)  # logits (B·K, T, V)
         logp = torch.log_softmax(output.logits.float(), -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        if attention is not None:  # + log α_{t, s_t}: the location policy's term (module docstring)
+            location_logp = output.aux["location_log_prob"].float()  # (B·K, T)
+            self.log(
+                "train/location_log_prob",
+                (location_logp * mask).sum(1).mean().detach(),
+                batch_size=len(batch["indices"]),
+            )
+            logp = logp + location_logp
         loss = -(advantage.unsqueeze(1) * logp * mask).sum() / mask.sum().clamp_min(1.0)
         b = len(batch["indices"])
         self.log("train/loss", loss, prog_bar=True, batch_size=b)

@@ -17,7 +17,9 @@ checkpointed, and changes only in training mode: ``auxiliary_loss`` also runs on
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +58,8 @@ class HardAttention(AdditiveAttention):
     ):
         super().__init__(feature_dim, query_dim, attention_dim)
         self.sample_at_inference = sample_at_inference
+        self._replay: Tensor | None = None  # (B, T) locations to take instead of choosing (see replay)
+        self._replay_step = 0
 
     def distribution(
         self, query: Tensor, keys: Tensor, mask: Tensor | None
@@ -64,8 +68,34 @@ class HardAttention(AdditiveAttention):
         scores, mask = self.scores(query, keys), rows_mask(mask, query.shape[0])
         return scores, mask, masked_softmax(scores, mask), masked_log_softmax(scores, mask)
 
+    @contextlib.contextmanager
+    def replay(self, locations: Tensor) -> Iterator[None]:
+        """Within the block, the t-th call takes ``locations[:, t]`` (B, T) instead of choosing, so a
+        teacher-forced pass re-scores a sampled trajectory: its ``log_prob`` is log α_{t, s_t} of the
+        recorded s_t (the self-critical location term). Eval mode only (training draws its own)."""
+        if self.training:
+            raise RuntimeError("replay scores recorded locations in eval mode; call .eval() first")
+        self._replay, self._replay_step = locations, 0
+        try:
+            yield
+        finally:
+            self._replay, self._replay_step = None, 0
+
+    @contextlib.contextmanager
+    def sampling(self) -> Iterator[None]:
+        """Within the block, eval-mode passes sample s_t ~ Categorical(α_t) instead of taking the argmax."""
+        before, self.sample_at_inference = self.sample_at_inference, True
+        try:
+            yield
+        finally:
+            self.sample_at_inference = before
+
     def choose(self, alphas: Tensor) -> Tensor:
         """(B, L) -> (B,) location indices: a sample in training (or when asked), else the argmax."""
+        if self._replay is not None:
+            index = self._replay[:, self._replay_step]  # (B,)
+            self._replay_step += 1
+            return index
         if self.training or self.sample_at_inference:
             return torch.multinomial(alphas, 1).squeeze(1)  # masked locations have α = 0: never drawn
         return alphas.argmax(dim=-1)
