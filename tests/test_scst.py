@@ -167,3 +167,24 @@ def load_captioner_vocab():
     from captioning.data.vocab import SPECIALS, Vocab
 
     return Vocab([*SPECIALS, "a", "dog"])
+
+
+def test_a_soft_attention_checkpoint_starts_a_hard_attention_run(tmp_path):
+    from corpus import build_module, write_checkpoint
+
+    words = ["a", "red", "circle", "square", "left", "of"]
+    soft = write_checkpoint(tmp_path / "soft.ckpt", words)
+    hard = build_module(words, ["model/decoder=hard_reinforce"])
+    hard.load_initial_weights(
+        str(soft)
+    )  # soft-to-hard: every parameter fits, the baseline buffer starts at 0
+    loaded = load_captioner(soft).net.state_dict()
+    for name, tensor in hard.net.state_dict().items():
+        assert (
+            torch.equal(tensor, loaded[name]) if name in loaded else "baseline" in name or "batches" in name
+        )
+    transformer = write_checkpoint(tmp_path / "tr.ckpt", words, ["model/decoder=transformer"])
+    with pytest.raises(
+        CheckpointError, match=r"its network \(TransformerDecoder over SmallCNN\) does not fit"
+    ):
+        hard.load_initial_weights(str(transformer))

@@ -40,8 +40,10 @@ class CaptionLitModule(pl.LightningModule):
         val_metrics: Sequence[str] = ("Bleu_4", "CIDEr"),
         image_size: int = 224,
         compile: bool = False,
+        init_from: str | None = None,
     ):
         super().__init__()
+        self.init_from = init_from  # weights to start from (a new optimizer): SCST, soft-to-hard, fine-tuning
         # Validation decoding, stored in every checkpoint as the defaults of `captioning caption` etc.
         self.decoding = GenerationConfig.from_dict(decoding, where="model.decoding").to_dict()
         self.net = net = CaptionModel(encoder, decoder)  # injected parts; checks their dimensions agree
@@ -60,6 +62,37 @@ class CaptionLitModule(pl.LightningModule):
             ignore=["encoder", "decoder", "optimizer", "scheduler", "vocab", "net_config"]
         )
         self._generated: list[tuple[Any, str, list[str]]] = []
+
+    # -- starting weights ---------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        if self.init_from and self.trainer.ckpt_path is None:  # a resumed run has its own weights
+            self.load_initial_weights(self.init_from)
+
+    def load_initial_weights(self, path: str) -> None:
+        """Weights only from a checkpoint or export (``init_from``); the vocabulary must be this run's and
+        every parameter must fit. Buffers the other network lacks keep their initial values: a soft
+        attention checkpoint starts a hard-attention run (soft-to-hard), whose REINFORCE baseline and
+        step counters then start from zero."""
+        from captioning.checkpoints.load import CheckpointError, load_captioner
+
+        loaded = load_captioner(path)
+        if loaded.vocab.itos != self.vocab.itos:
+            raise CheckpointError(
+                f"init_from={path}: its vocabulary ({len(loaded.vocab)} words) is not this run's "
+                f"({len(self.vocab)} words); start from a checkpoint trained on the same data"
+            )
+        mine, theirs = type(self.net.decoder).__name__, type(loaded.net.decoder).__name__
+        buffers = {name for name, _ in self.net.named_buffers()}
+        try:
+            result = self.net.load_state_dict(loaded.net.state_dict(), strict=False)
+            missing = [k for k in result.missing_keys if k not in buffers]
+            if missing or result.unexpected_keys:
+                raise RuntimeError(f"missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
+        except RuntimeError as err:
+            raise CheckpointError(
+                f"init_from={path}: its network ({theirs} over {type(loaded.net.encoder).__name__}) does not "
+                f"fit this run's ({mine} over {type(self.net.encoder).__name__}): {' '.join(str(err).split())[:300]}"
+            ) from err
 
     # -- one shared step ------------------------------------------------------------------------------
     def shared_step(self, batch: dict, stage: str) -> Tensor:

@@ -58,7 +58,6 @@ class SelfCriticalLitModule(CaptionLitModule):
         self,
         *args: Any,
         num_samples: int = 5,
-        init_from: str | None = None,
         sample_temperature: float = 1.0,
         sample_max_new_tokens: int = 16,
         location_policy: bool | None = None,
@@ -69,7 +68,7 @@ class SelfCriticalLitModule(CaptionLitModule):
             raise ValueError(
                 f"objective scst: num_samples={num_samples}, expected >= 2 (a leave-one-out baseline)"
             )
-        self.num_samples, self.init_from = num_samples, init_from
+        self.num_samples = num_samples
         self.sample_temperature, self.sample_max_new_tokens = sample_temperature, sample_max_new_tokens
         attention = getattr(self.net.decoder, "attention", None)
         reinforce = isinstance(attention, ReinforceHardAttention)
@@ -93,29 +92,6 @@ class SelfCriticalLitModule(CaptionLitModule):
         source = datamodule.sources["train"]
         references = [[" ".join(tokenize(c)) for c in source.captions(i)] for i in range(len(source))]
         self.reward = CiderD(references)  # document frequencies of the training references, once
-
-    def on_fit_start(self) -> None:
-        if self.init_from and self.trainer.ckpt_path is None:  # a resumed SCST run has its own weights
-            self.load_initial_weights(self.init_from)
-
-    def load_initial_weights(self, path: str) -> None:
-        """Weights only from a cross-entropy checkpoint or export; its vocabulary and network must be ours."""
-        from captioning.checkpoints.load import CheckpointError, load_captioner
-
-        loaded = load_captioner(path)
-        if loaded.vocab.itos != self.vocab.itos:
-            raise CheckpointError(
-                f"init_from={path}: its vocabulary ({len(loaded.vocab)} words) is not this run's "
-                f"({len(self.vocab)} words); start from a checkpoint trained on the same data"
-            )
-        mine, theirs = type(self.net.decoder).__name__, type(loaded.net.decoder).__name__
-        try:
-            self.net.load_state_dict(loaded.net.state_dict(), strict=True)
-        except RuntimeError as err:
-            raise CheckpointError(
-                f"init_from={path}: its network ({theirs} over {type(loaded.net.encoder).__name__}) does not "
-                f"fit this run's ({mine} over {type(self.net.encoder).__name__}): {err}"
-            ) from err
 
     # -- the self-critical step -----------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
