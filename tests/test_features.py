@@ -136,21 +136,22 @@ def test_refuses_a_trainable_encoder(tmp_path):
 
 
 @pytest.mark.parametrize("experiment", FLICKR8K_EXPERIMENTS)
-def test_flickr8k_experiments_use_cached_lite0_stride16_features(experiment):
+def test_flickr8k_experiments_use_cached_lite1_head_features(experiment):
     cfg, choices = compose_config("train", [f"experiment={experiment}"])
-    assert choices["data"] == "flickr8k" and choices["model/encoder"] == "efficientnet_lite0"
+    assert choices["data"] == "flickr8k" and choices["model/encoder"] == "efficientnet_lite1"
     if experiment not in ("flickr8k_cached", "flickr8k_lstm"):  # the two shared settings choose no decoder
         assert choices["model/decoder"] == experiment.removeprefix("flickr8k_")
     assert cfg.data.feature_cache._target_ == "captioning.data.features.FeatureCache"
     assert cfg.data.feature_cache.encoder == cfg.model.encoder  # the model's encoder config, resolved
     encoder = cfg.model.encoder
-    assert (encoder.stage, encoder.grid_size, encoder.freeze, cfg.data.image_size) == (
-        "stride16",
-        14,
+    assert (encoder.variant, encoder.stage, encoder.grid_size, encoder.freeze, cfg.data.image_size) == (
+        "lite1",
+        "head",
+        7,
         True,
         224,
     )
-    assert cfg.model.decoder.feature_dim == encoder.out_dim == 112
+    assert cfg.model.decoder.feature_dim == encoder.out_dim == 1280
     assert cfg.data.min_word_count == 5
     if experiment != "flickr8k_cached":  # the experiment's own sizes land on the decoder
         assert cfg.model.decoder.embed_dim == 256
