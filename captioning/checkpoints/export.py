@@ -43,9 +43,13 @@ def export_checkpoint(
     from safetensors.torch import save_file
 
     checkpoint_path, out = Path(checkpoint_path), Path(out)
-    load_captioner(
-        checkpoint_path
-    )  # everything loading checks, naming the source: no broken export is written
+    if out.exists() and checkpoint_path.exists() and out.resolve() == checkpoint_path.resolve():
+        raise CheckpointError(f"{out}: is the checkpoint being exported; choose another output path")
+    if out.is_dir():
+        raise CheckpointError(f"{out}: is a folder; expected the path of the export file to write")
+    if checkpoint_path.is_file() and is_export(checkpoint_path):
+        raise CheckpointError(f"{checkpoint_path}: is already a weights-only export (copy it instead)")
+    load_captioner(checkpoint_path)  # everything loading checks, naming the source
     checkpoint = read_checkpoint(checkpoint_path)
     state = net_state(checkpoint)
     meta = dict(checkpoint[CHECKPOINT_KEY])
@@ -68,6 +72,12 @@ def export_checkpoint(
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # as any file the user writes (the writer's temp file is private)
+    try:  # read back before it replaces anything: a previous export survives a bad one
+        load_captioner(tmp)
+    except CheckpointError as err:
+        tmp.unlink(missing_ok=True)
+        hint = " (weights beyond float16's range: export without --fp16)" if fp16 else ""
+        raise CheckpointError(f"{out}: not written: the export would not load{hint}: {err}") from err
     os.replace(tmp, out)
     return out
 

@@ -82,6 +82,8 @@ def _torch_load_reason(err: BaseException) -> str:
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     """``torch.load`` with weights_only=True, every failure turned into a CheckpointError naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a folder, not a checkpoint file")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
@@ -131,6 +133,29 @@ def read_weights_and_meta(path: str | Path, map_location: str | torch.device = "
     return state, meta
 
 
+MAX_CONFIG_CHARS = 100_000  # a network config is a few hundred lines at most
+
+
+def _check_plain_yaml(text: str, path: Path) -> None:
+    """Refuse what could make parsing itself blow up: a huge text, or YAML anchors and aliases (a few
+    hundred bytes of nested aliases expand to millions of nodes: a "billion laughs"). Scanning tokens
+    is linear in the text; a config written by this project has neither."""
+    if len(text) > MAX_CONFIG_CHARS:
+        raise CheckpointError(
+            f"{path}: net_config is {len(text):,} characters; expected at most {MAX_CONFIG_CHARS:,}"
+        )
+    try:
+        for token in yaml.scan(text):
+            if isinstance(token, yaml.AnchorToken | yaml.AliasToken):
+                raise CheckpointError(
+                    f"{path}: net_config uses YAML anchors/aliases ('&'/'*'); a saved config is plain YAML"
+                )
+    except yaml.YAMLError as err:
+        raise CheckpointError(
+            f"{path}: net_config is not valid YAML: {' '.join(str(err).split())[:200]}"
+        ) from err
+
+
 def _network_config(meta: dict, path: Path) -> dict:
     text = meta.get("net_config")
     if not isinstance(text, str | dict):
@@ -139,6 +164,8 @@ def _network_config(meta: dict, path: Path) -> dict:
         raise CheckpointError(
             f"{path}: net_config holds an interpolation ('${{...}}'); a saved config is literal"
         )
+    if isinstance(text, str):
+        _check_plain_yaml(text, path)
     try:
         net_config = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
     except (OmegaConfBaseException, ValueError, TypeError, AttributeError, yaml.YAMLError) as err:
@@ -166,6 +193,14 @@ def _packaged_encoder_state(net: CaptionModel, record: Any, path: Path) -> dict:
             "was exported with, or export it with the encoder included"
         )
     return {f"encoder.{k}": v for k, v in net.encoder.state_dict().items()}
+
+
+def _provenance(value: Any, path: Path) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path}: '{CHECKPOINT_KEY}.provenance' is {value!r:.40}; expected a mapping")
+    return dict(value)
 
 
 def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedCaptioner:
@@ -218,6 +253,6 @@ def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -
         decoding=decoding,
         image_size=image_size,
         path=path,
-        provenance=dict(meta.get("provenance") or {}),
+        provenance=_provenance(meta.get("provenance"), path),
         net_config=meta.get("net_config"),
     )

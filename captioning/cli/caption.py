@@ -40,7 +40,30 @@ DECODING_FLAGS = ("num_beams", "num_return_sequences", "do_sample", "temperature
 
 
 def decoding_options(args: argparse.Namespace) -> dict:
-    return {name: getattr(args, name) for name in DECODING_FLAGS if getattr(args, name) is not None}
+    options = {name: getattr(args, name) for name in DECODING_FLAGS if getattr(args, name) is not None}
+    if options.get("do_sample") and "num_beams" not in options:
+        options["num_beams"] = 1  # sampling draws one path per sample, whatever beams the checkpoint searches
+    return options
+
+
+def _printable(text: str) -> str:
+    """One output field: tabs and line breaks in a file name or word escaped, so a line stays a record."""
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def check_overlay_target(out: Path, inputs: list[Path]) -> str | None:
+    """Why ``--overlay`` cannot be written (unknown image format, it would overwrite an input), or None."""
+    from PIL import Image
+
+    if out.suffix.lower() not in Image.registered_extensions():
+        return (
+            f"--overlay {out}: {out.suffix or 'no suffix'} is not an image format; expected e.g. .png or .jpg"
+        )
+    targets = {p.resolve() for p in overlay_paths(out, [str(p) for p in inputs])}
+    clash = next((p for p in inputs if p.resolve() in targets), None)
+    if clash is not None:
+        return f"--overlay {out}: would overwrite the input image {clash}; choose another path"
+    return None
 
 
 def add_parser(subparsers) -> None:
@@ -61,7 +84,8 @@ def expand_inputs(items: list[str]) -> list[Path]:
     for item in items:
         path = Path(item)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            # every entry named like an image: a dangling link, a FIFO or a folder "x.png" is then reported
+            found = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
             out += found or [path]
         elif GLOB_CHARS & set(item) and not path.exists():
             out += [Path(p) for p in sorted(glob.glob(item))] or [path]
@@ -86,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
     from captioning.inference.captioner import Captioner
 
     err = lambda message: print(f"error: {message}", file=sys.stderr)  # noqa: E731
+    if args.seed is not None and not 0 <= args.seed < 2**63:
+        err(f"--seed {args.seed}: expected an integer in [0, 2**63)")
+        return 2
     if args.batch_size < 1:
         err(f"--batch-size must be >= 1, got {args.batch_size}")
         return 2
@@ -99,6 +126,10 @@ def run(args: argparse.Namespace) -> int:
         err(e)
         return 2
     paths = expand_inputs(args.images)
+    problem = check_overlay_target(args.overlay, paths) if args.overlay else None
+    if problem:
+        err(problem)
+        return 2
     overlays = overlay_paths(args.overlay, [str(p) for p in paths]) if args.overlay else []
     failures = {"images": 0, "overlays": 0}
 
@@ -123,17 +154,19 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(result.to_json()), flush=True)
             else:
-                extra = f"\t(overlay: {overlays[i]})" if overlays else ""
-                print(f"{result.image}\t{result.caption}{extra}", flush=True)
+                extra = f"\t(overlay: {_printable(str(overlays[i]))})" if overlays else ""
+                print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
             if overlays:  # after the caption is printed: an unwritable path loses nothing
                 try:
                     result.overlay(image, overlays[i])
-                except OSError as e:
-                    err(f"{overlays[i]}: cannot write the overlay: {e.strerror or e}")
+                except (OSError, ValueError) as e:
+                    err(f"{overlays[i]}: cannot write the overlay: {getattr(e, 'strerror', None) or e}")
                     failures["overlays"] += 1
         del batch, results
     if failures["overlays"]:
         print(f"{failures['overlays']} overlays could not be written", file=sys.stderr)
     if failures["images"]:
         print(f"{failures['images']} of {len(paths)} images could not be read", file=sys.stderr)
+    if failures["images"] == len(paths):
+        return 2  # nothing could be captioned
     return 1 if any(failures.values()) else 0

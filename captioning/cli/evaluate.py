@@ -54,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg, choices = compose_config("eval", list(args.overrides))
+        if not isinstance(cfg.batch_size, int) or cfg.batch_size < 1:
+            raise ValueError(f"batch_size={cfg.batch_size!r}: expected an integer >= 1")
+        from captioning.inference.captioner import resolve_device
+
+        resolve_device(cfg.device)  # a bad device= is one line naming it, before any work
         data_name = choices["data"]
         source = build_source(cfg.data, cfg.split)
         evaluation = evaluate_checkpoint(
@@ -72,7 +77,22 @@ def run(args: argparse.Namespace) -> int:
     out_dir = args.out_dir or default_out_dir(
         args.checkpoint, data_name, cfg.split, evaluation.decoding["num_beams"]
     )
-    results_path, scores_path = write_evaluation(evaluation, out_dir)
-    print(format_evaluation(evaluation, results_path))
+    print(
+        format_evaluation(evaluation, out_dir / "results.json")
+    )  # the scores first: a bad --out-dir loses none
+    for line in evaluation.decoded.skipped:  # unreadable images were left out of the scores
+        print(f"captioning evaluate: skipped {line}", file=sys.stderr)
+    try:
+        results_path, scores_path = write_evaluation(evaluation, out_dir)
+    except OSError as err:
+        print(
+            f"captioning evaluate: error: {out_dir}: cannot write the results ({err.strerror or err})",
+            file=sys.stderr,
+        )
+        return 1
     print(f"wrote {results_path} and {scores_path}")
+    if evaluation.decoded.skipped:
+        n = len(evaluation.decoded.skipped)
+        print(f"captioning evaluate: {n} images could not be read and are not scored", file=sys.stderr)
+        return 1
     return 0

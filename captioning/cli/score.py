@@ -44,6 +44,16 @@ def run(args: argparse.Namespace) -> int:
     from captioning.metrics.coco import evaluate_results, load_coco_references, load_results
     from captioning.metrics.report import format_report
 
+    if (
+        args.out is not None
+        and args.out.exists()
+        and args.out.resolve() in {Path(args.results).resolve(), Path(args.references).resolve()}
+    ):
+        print(
+            f"captioning score: error: --out {args.out} is an input file; choose another path",
+            file=sys.stderr,
+        )
+        return 2
     try:
         references = load_coco_references(args.references)
         results = load_results(args.results, references)
@@ -52,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"captioning score: error: {err}", file=sys.stderr)
         return 2
     print(format_report(report, args.results, args.references))
+    if not report.scores:  # every asked metric skipped (e.g. SPICE without its jars): nothing was scored
+        print(f"captioning score: error: no metric could be computed: {report.skipped}", file=sys.stderr)
+        return 2
     if args.out is not None:  # after the table: an unwritable --out loses no score
         payload = {**report.to_dict(), "results": str(args.results), "references": str(args.references)}
         try:

@@ -47,6 +47,8 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     if path.is_dir():
         raise ImageError(f"{path}: is a folder, not an image file")
     if not path.exists():
+        if path.is_symlink():
+            raise ImageError(f"{path}: a symbolic link to nothing (dangling, or a loop of links)")
         raise ImageError(f"{path}: no such image file")
     if not path.is_file():  # a FIFO, a device (/dev/zero), a socket: reading could block or never end
         raise ImageError(f"{path}: not a regular file (a pipe, device or socket), so not an image file")
@@ -73,20 +75,20 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
 def _to_8bit(img: Image.Image) -> Image.Image:
     """A single-channel image of more than 8 bits (16/32-bit integer, 32-bit float) as 8-bit gray.
 
-    16-bit keeps its top byte. 32-bit data says nothing of its range, so it is read from the values:
-    floats in [0, 1] are scaled by 255, values already in [0, 255] are kept, integers in [0, 65535]
-    keep their top byte (16-bit data), and anything else is stretched from its minimum to its maximum
-    (never silently all black or all white)."""
-    if img.mode.startswith("I;16"):
-        return img.point(lambda v: v / 256).convert("L")
+    The container says little of the range, so it is read from the values: floats in [0, 1] are scaled
+    by 255, values already in [0, 255] are kept (8-bit data in a 16-bit file), integers up to 65535 keep
+    their top byte (16-bit data), and anything else is stretched from its minimum to its maximum (never
+    silently all black or all white). An image without one finite value is refused (ValueError)."""
     values = np.asarray(img, dtype=np.float64)
     finite = values[np.isfinite(values)]
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    if not finite.size:
+        raise ValueError(f"no finite pixel value ({img.mode} image of NaN/inf only)")
+    lo, hi = float(finite.min()), float(finite.max())
     if img.mode == "F" and lo >= 0.0 and hi <= 1.0:
         scaled = values * 255.0
     elif lo >= 0.0 and hi <= 255.0:
         scaled = values
-    elif img.mode == "I" and lo >= 0.0 and hi <= 65535.0:  # Pillow opens 16-bit gray PNGs as "I"
+    elif img.mode.startswith("I") and lo >= 0.0 and hi <= 65535.0:  # 16-bit gray PNGs: "I;16" or "I"
         scaled = np.floor(values / 256.0)
     else:
         scaled = (values - lo) / max(hi - lo, 1e-12) * 255.0

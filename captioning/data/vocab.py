@@ -61,4 +61,9 @@ class Vocab:
     def from_dict(cls, data: dict) -> Vocab:
         if not isinstance(data, dict) or not isinstance(data.get("itos"), list):
             raise ValueError("vocabulary data must be a dict with an 'itos' list of words")
+        for i, word in enumerate(data["itos"]):  # a word is one output token: a string without whitespace
+            if not isinstance(word, str) or not word or word != "".join(word.split()):
+                raise ValueError(
+                    f"vocabulary word {i} is {word!r:.40}; expected a non-empty string without whitespace"
+                )
         return cls(data["itos"])

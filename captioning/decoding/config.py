@@ -39,12 +39,12 @@ OPTION_CHECKS = {
     "num_beams": _integer(1, 64),
     "num_return_sequences": _integer(1, 64),
     "do_sample": (lambda v: isinstance(v, bool), "true or false"),
-    "temperature": _number(lambda v: v > 0, "a number > 0"),
+    "temperature": _number(lambda v: 0 < v <= 100, "a number in (0, 100]"),
     "top_k": _integer(0, 1_000_000),
     "top_p": _number(lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "length_penalty": _number(lambda v: -10 <= v <= 10, "a number in [-10, 10]"),
     "no_repeat_ngram_size": _integer(0, 100),
-    "repetition_penalty": _number(lambda v: v > 0, "a number > 0 (1.0 = off)"),
+    "repetition_penalty": _number(lambda v: 0 < v <= 100, "a number in (0, 100] (1.0 = off)"),
     "max_new_tokens": _integer(1, 1000),
 }
 

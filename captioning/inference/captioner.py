@@ -83,9 +83,18 @@ def as_pil(image: ImageInput) -> Image.Image:
     if isinstance(image, Image.Image):
         return to_rgb(image)
     if isinstance(image, torch.Tensor):
-        if image.dim() != 3 or image.shape[0] not in (1, 3):
+        if image.dim() != 3 or image.shape[0] not in (1, 3) or image.shape[1] < 1 or image.shape[2] < 1:
             raise ValueError(f"an image tensor must be (3, H, W) or (1, H, W), got {tuple(image.shape)}")
         array = image.detach().cpu()
+        if array.is_floating_point():  # floats mean [0, 1]; anything else would silently clip
+            if not torch.isfinite(array).all():
+                raise ValueError("an image tensor has NaN/inf values; expected floats in [0, 1]")
+            lo, hi = float(array.min()), float(array.max())
+            if lo < -1e-3 or hi > 1 + 1e-3:
+                raise ValueError(
+                    f"a float image tensor must hold values in [0, 1], got [{lo:.3g}, {hi:.3g}] "
+                    "(divide 0-255 data by 255, or pass a uint8 tensor)"
+                )
         array = (array.float().clamp(0, 1) * 255).round().byte() if array.is_floating_point() else array
         return Image.fromarray(array.expand(3, -1, -1).permute(1, 2, 0).numpy().astype(np.uint8))
     if isinstance(image, np.ndarray):
@@ -100,10 +109,13 @@ def as_pil(image: ImageInput) -> Image.Image:
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    given = str(device)
     try:
         device = torch.device(device)
     except RuntimeError:
-        raise ValueError(f"device={device!r}: expected cpu, cuda, cuda:N, mps or auto") from None
+        device = None
+    if device is None or device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device={given!r}: expected cpu, cuda, cuda:N, mps or auto")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device}: CUDA is not available on this machine (use 'cpu' or 'auto')")
     return device

@@ -83,10 +83,13 @@ def metric_unavailable_reason(metric: str) -> str | None:
 def _ptb_tokenize(captions: Mapping[Hashable, Sequence[str]]) -> Refs:
     if reason := _java_missing():
         raise RuntimeError(f"tokenizer='ptb' needs Java: {reason}; use tokenizer='simple' instead")
+    # The wrapper writes one caption per line and zips Java's output lines with its inputs: a line
+    # break inside a caption ("\r", "\u2028", "\x85", ...) would pair every later caption with the
+    # wrong image. Every whitespace run becomes one space first (str.split knows them all).
+    flat = {k: [{"caption": " ".join(c.split())} for c in v] for k, v in captions.items()}
     with contextlib.redirect_stdout(io.StringIO()):
-        out = PTBTokenizer().tokenize({k: [{"caption": c} for c in v] for k, v in captions.items()})
-    # The wrapper zips java's output lines with the inputs; a caption with an odd line break would
-    # shift every later caption, so at least check that nothing was lost.
+        out = PTBTokenizer().tokenize(flat)
+    # Still check that nothing was lost.
     if sum(map(len, out.values())) != sum(map(len, captions.values())):
         raise RuntimeError("PTB tokenizer returned a different number of captions than it was given")
     return out
@@ -254,16 +257,44 @@ def evaluate_results(
     return EvalReport(scores, skipped, nltk_bleu(gts, res), len(hypotheses), tokenizer)
 
 
+def _check_regular_file(path: Path, what: str) -> None:
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a folder; expected a JSON file")
+    if not path.exists():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    if not path.is_file():
+        raise ValueError(f"{what} {path} is not a regular file (a pipe or device); expected a JSON file")
+
+
 def load_coco_references(annotations_json: str | Path) -> dict[int, list[str]]:
     """Image id -> reference captions from a COCO captions annotation file (e.g. captions_val2014.json)."""
     path = Path(annotations_json)
-    if not path.is_file():
-        raise FileNotFoundError(f"reference annotations {path} do not exist")
+    _check_regular_file(path, "reference annotations")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte at offset {err.start}); expected a COCO captions JSON"
+        ) from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise ValueError(f"{path}: not valid JSON ({' '.join(str(err).split())[:100]})") from None
+    anns = data.get("annotations") if isinstance(data, dict) else None
+    if not isinstance(anns, list) or not isinstance(data.get("images", []), list):
+        raise ValueError(f"{path}: expected a COCO captions object with 'images' and 'annotations' lists")
+    for j, a in enumerate(anns):
+        ok = isinstance(a, dict) and isinstance(a.get("caption"), str) and isinstance(a.get("image_id"), int)
+        if not ok or isinstance(a.get("image_id"), bool):
+            raise ValueError(
+                f"{path}: annotations[{j}] is {a!r:.80}; expected {{'image_id': int, 'caption': str}}"
+            )
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress
-            anns = COCO(str(path)).imgToAnns
+            coco = COCO()
+            coco.dataset = data
+            coco.createIndex()
+            anns = coco.imgToAnns
         refs = {int(i): [a["caption"] for a in anns[i]] for i in sorted(anns) if anns[i]}
-    except (AssertionError, json.JSONDecodeError, KeyError, TypeError) as err:
+    except (AssertionError, KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{path} is not a COCO captions annotation file: {err!r}") from err
     if not refs:
         raise ValueError(f"{path} has no caption annotations")
@@ -276,8 +307,7 @@ def load_results(results_json: str | Path, references: Mapping[Hashable, Sequenc
     Raises ``ValueError`` naming the file when it is malformed or has image ids not in ``references``.
     """
     path = Path(results_json)
-    if not path.is_file():
-        raise FileNotFoundError(f"results file {path} does not exist")
+    _check_regular_file(path, "results file")
     try:
         anns = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:

@@ -22,7 +22,11 @@ from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.config import CONFIG_DIR  # noqa: E402
 from captioning.training.preflight import check_model_config  # noqa: E402
-from captioning.training.resume import check_resume_matches, resolve_ckpt_path  # noqa: E402
+from captioning.training.resume import (  # noqa: E402
+    check_resume_matches,
+    last_checkpoint_path,
+    resolve_ckpt_path,
+)
 from captioning.training.validate import check_config, check_vocabulary  # noqa: E402
 
 
@@ -65,6 +69,13 @@ def train(cfg: DictConfig) -> str:
     # weights_only: resuming never unpickles code either (the checkpoint holds tensors and plain data).
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    last = last_checkpoint_path(cfg.output_dir)
+    if not best and last.is_file():  # no validation ran (max_steps before the first, limit_val_batches=0)
+        print(
+            f"no validation ran, so no checkpoint was ranked: the last one stands in ({last})",
+            file=sys.stderr,
+        )
+        best = str(last)
     if cfg.get("run_test"):
         trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
     finish_runs(loggers)

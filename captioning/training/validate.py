@@ -43,7 +43,29 @@ def check_config(cfg: DictConfig) -> None:
         if not ok:
             problems.append(f"{key}={_get(cfg, key)!r}: expected {expected}")
 
-    need(_is_int(_get(cfg, "seed")), "seed", "an integer")
+    seed = _get(cfg, "seed")
+    need(_is_int(seed) and 0 <= seed < 2**32, "seed", "an integer in [0, 2**32)")
+    size = _get(cfg, "data.image_size")
+    need(size is None or (_is_int(size) and 8 <= size <= 2048), "data.image_size", "an integer in [8, 2048]")
+    workers = _get(cfg, "data.num_workers")
+    need(workers is None or (_is_int(workers) and workers >= 0), "data.num_workers", "an integer >= 0")
+    decay = _get(cfg, "model.optimizer.weight_decay")
+    need(
+        decay is None or (_is_number(decay) and 0 <= decay < 10),
+        "model.optimizer.weight_decay",
+        "a number in [0, 10)",
+    )
+    every = _get(cfg, "trainer.val_check_interval")
+    need(every is None or (_is_number(every) and every > 0), "trainer.val_check_interval", "a number > 0")
+    for key in ("data.train.num_images", "data.val.num_images", "data.test.num_images"):
+        value = _get(cfg, key)
+        need(value is None or (_is_int(value) and value >= 1), key, "an integer >= 1")
+    if str(_get(cfg, "model._target_") or "").endswith("SelfCriticalLitModule") and not _get(
+        cfg, "init_from"
+    ):
+        problems.append(
+            "init_from=None: objective=scst starts from a cross-entropy checkpoint; expected init_from=CKPT"
+        )
     for key in ("trainer.max_epochs", "trainer.max_steps"):
         value = _get(cfg, key)
         need(value is None or (_is_int(value) and value >= -1), key, "an integer >= -1 (-1 = no limit)")
@@ -71,7 +93,8 @@ def check_config(cfg: DictConfig) -> None:
     for name, node in (cfg.get("callbacks") or {}).items():
         monitor = node.get("monitor") if isinstance(node, DictConfig) else None
         if monitor is not None and monitor not in logged:
-            problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(logged)}")
+            known = sorted({f"val/{m}" for m in metrics if m in METRICS} | {"val/loss", "val/xent"})
+            problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(known)}")
     model = OmegaConf.to_container(cfg.model, resolve=True)  # feature_dim: ${..encoder.out_dim} -> 112
     network = {k: v for k, v in model.items() if k in ("encoder", "decoder")}
     for where, value, lowest, highest in bad_sizes(network, "model", skip=("vocab_size",)):
