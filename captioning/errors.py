@@ -12,6 +12,7 @@ from __future__ import annotations
 def user_errors() -> tuple[type[BaseException], ...]:
     """The project's own error types, plus the config and file errors a user's input can cause."""
     from hydra.errors import HydraException
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
     from omegaconf.errors import OmegaConfBaseException
 
     from captioning.checkpoints.load import CheckpointError
@@ -23,6 +24,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from captioning.training.validate import ConfigError
 
     return (
+        MisconfigurationException,  # Lightning's word for a trainer setting it cannot use (accelerator=gpu)
         ConfigError,
         DatasetError,
         ImageError,
@@ -48,6 +50,7 @@ def one_line(err: BaseException) -> str:
             key = text.rsplit("full_key:", 1)[1].strip().splitlines()[0]
         err = err.__cause__
     message = " ".join(str(err).split()) or type(err).__name__
+    message = message.split(" Config search path:")[0]  # Hydra appends its search path to "not found"
     return f"{key}: {message}" if key and key not in message else message
 
 

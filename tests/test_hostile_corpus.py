@@ -543,3 +543,22 @@ def test_a_run_that_never_validated_names_its_last_checkpoint(tmp_path) -> None:
 
     best = train(compose_train([*TINY, "trainer.max_steps=2"], tmp_path))
     assert best == str(tmp_path / "checkpoints" / "last.ckpt") and Path(best).is_file()
+
+
+@pytest.mark.parametrize(
+    "override,fragment",
+    [("foo=1", "Could not override 'foo'"), ("model/decoder=bogus", "Could not find 'model/decoder/bogus'")],
+)
+def test_a_config_hydra_cannot_compose_is_one_line_and_exit_2(
+    override, fragment, tmp_path, monkeypatch, capsys
+):
+    from captioning.training.train import cli
+
+    monkeypatch.setattr(
+        sys, "argv", ["captioning-train", "debug=tiny", override, f"hydra.run.dir={tmp_path}"]
+    )
+    with pytest.raises(SystemExit) as info:
+        cli()
+    assert info.value.code == 2
+    line = _assert_one_line(capsys.readouterr().err, "captioning-train: error:", fragment)
+    assert "Config search path" not in line

@@ -95,5 +95,24 @@ def main(cfg: DictConfig) -> None:
         print(f"best checkpoint: {best}", flush=True)  # once, even under DDP
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``captioning-train``: Hydra's ``main``, after composing the overrides once to report a mistake in
+    them (an unknown key or group option, a type Hydra refuses) as one line with exit status 2. Hydra's
+    own report of those spans several lines and exits 1. Command-line flags (``--multirun``, ``--cfg``,
+    ...) go straight to Hydra."""
+    args = sys.argv[1:]
+    if not any(a.startswith("-") for a in args):
+        from captioning.training.config import compose_config
+
+        try:  # hydra.* overrides configure the run itself, not the config: Hydra checks those
+            compose_config("train", [a for a in args if not a.startswith(("hydra.", "hydra/", "+hydra"))])
+        except Exception as err:  # noqa: BLE001 - only what composition refuses lands here
+            if not is_user_error(err):
+                raise
+            print(f"captioning-train: error: {one_line(err)}", file=sys.stderr, flush=True)
+            sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    cli()
