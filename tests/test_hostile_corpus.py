@@ -562,3 +562,62 @@ def test_a_config_hydra_cannot_compose_is_one_line_and_exit_2(
     assert info.value.code == 2
     line = _assert_one_line(capsys.readouterr().err, "captioning-train: error:", fragment)
     assert "Config search path" not in line
+
+
+def test_a_symlinked_sub_folder_inside_the_image_folder_is_allowed_and_escapes_are_not(tmp_path) -> None:
+    from captioning.data.readers import DatasetError, read_coco
+
+    images, elsewhere = tmp_path / "val2014", tmp_path / "disk2"
+    images.mkdir()
+    elsewhere.mkdir()
+    Image.new("RGB", (8, 8)).save(elsewhere / "a.png")
+    (images / "sub").symlink_to(elsewhere)
+    ann = tmp_path / "captions.json"
+    entry = {
+        "images": [{"id": 1, "file_name": "sub/a.png"}],
+        "annotations": [{"id": 1, "image_id": 1, "caption": "a dog"}],
+    }
+    ann.write_text(json.dumps(entry))
+    assert [r.image_id for r in read_coco(ann, images)] == [1]
+    entry["images"][0]["file_name"] = "sub/../../disk2/a.png"
+    ann.write_text(json.dumps(entry))
+    with pytest.raises(DatasetError, match="outside"):
+        read_coco(ann, images)
+    entry["images"][0]["file_name"] = "."
+    ann.write_text(json.dumps(entry))
+    with pytest.raises(DatasetError, match="is a folder; expected an image file"):
+        read_coco(ann, images)
+
+
+def test_a_legacy_pickle_is_refused_in_one_line_without_torch_warnings(photo, tmp_path, capsys) -> None:
+    import os
+    import pickle
+
+    bad = tmp_path / "rp.ckpt"
+    bad.write_bytes(pickle.dumps(os.getcwd))
+    assert captioning_main(["caption", str(photo), "--checkpoint", str(bad)]) == 2
+    _assert_one_line(capsys.readouterr().err, str(bad))
+
+
+def test_plot_names_a_metrics_file_that_is_not_utf8(tmp_path, capsys) -> None:
+    (tmp_path / "metrics.csv").write_bytes(b"step,train/loss\n1,\xff\n")
+    assert captioning_main(["plot", str(tmp_path)]) == 2
+    _assert_one_line(capsys.readouterr().err, "metrics.csv", "not UTF-8")
+
+
+def test_a_folder_without_images_and_an_unwritable_run_folder_are_one_line(
+    good_checkpoint, tmp_path, monkeypatch, capsys
+):
+    from captioning.training.train import cli
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert captioning_main(["caption", str(empty), "--checkpoint", str(good_checkpoint)]) == 2
+    assert "holds no image files" in capsys.readouterr().err
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setattr(sys, "argv", ["captioning-train", "debug=tiny", f"hydra.run.dir={blocked}/run"])
+    with pytest.raises(SystemExit) as info:
+        cli()
+    assert info.value.code == 2
+    _assert_one_line(capsys.readouterr().err, "cannot create the run folder")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,9 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # torch warns about legacy formats before refusing: one line is ours
+            warnings.simplefilter("ignore")
+            checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         # The weights-only unpickler names each callable it blocks as "GLOBAL module.name"; any other
         # unpickling failure means the bytes are not a torch checkpoint at all.

@@ -135,6 +135,12 @@ def run(args: argparse.Namespace) -> int:
 
     def readable():  # streamed: each image is read when its batch is decoded, then released
         for i, path in enumerate(paths):
+            if path.is_dir():  # a folder that expand_inputs found no image in
+                err(
+                    f"{path}: is a folder, not an image file, and holds no image files (looked for {', '.join(sorted(IMAGE_SUFFIXES))})"
+                )
+                failures["images"] += 1
+                continue
             try:
                 yield i, load_rgb(path)
             except ImageError as e:

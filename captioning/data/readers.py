@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import logging
+import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -94,7 +95,9 @@ def _make_record(
 ) -> ImageRecord | None:
     """The record of one image, or None (reported) when it has no caption, its file name escapes the
     image ``folder`` ("../../etc/passwd" is refused, not read) or its file is missing."""
-    if not path.resolve().is_relative_to(folder.resolve()):
+    # Lexically (".." collapsed, symbolic links not followed): "../../etc/passwd" and "/abs" escape, while
+    # a link the data set's owner put inside the folder (a sub-folder on another disk) is theirs to make.
+    if not Path(os.path.normpath(path)).is_relative_to(os.path.normpath(folder)):
         report(
             "file name outside the image folder",
             where,
@@ -103,6 +106,9 @@ def _make_record(
         return None
     if not captions:
         report("image without valid caption", where, "no valid caption; expected at least one")
+        return None
+    if path.is_dir():
+        report("missing image file", where, f"{path} is a folder; expected an image file")
         return None
     if not path.is_file():  # a stat per image: cheap enough for COCO-sized sets, no decoding
         report("missing image file", where, f"image file {path} does not exist; expected it on disk")

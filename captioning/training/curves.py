@@ -27,7 +27,13 @@ def find_metrics(run_dir: str | Path) -> Path:
 def read_series(metrics_csv: Path) -> dict[str, list[tuple[int, float]]]:
     """name -> [(step, value)] for every numeric column, rows without a value skipped."""
     series: dict[str, list[tuple[int, float]]] = {}
-    with metrics_csv.open(newline="") as f:
+    try:
+        metrics_csv.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{metrics_csv}: not UTF-8 text (byte at offset {err.start}); expected a metrics CSV"
+        ) from None
+    with metrics_csv.open(newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             step = row.get("step")
             if not step:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from captioning.cli.runtime import configure_process
 
@@ -101,6 +102,16 @@ def cli() -> None:
     own report of those spans several lines and exits 1. Command-line flags (``--multirun``, ``--cfg``,
     ...) go straight to Hydra."""
     args = sys.argv[1:]
+    for arg in args:  # Hydra creates the run folder before anything else and reports a failure in many lines
+        if arg.startswith("hydra.run.dir="):
+            try:
+                Path(arg.split("=", 1)[1]).mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                print(
+                    f"captioning-train: error: {arg}: cannot create the run folder ({err.strerror or err})",
+                    file=sys.stderr,
+                )
+                sys.exit(2)
     if not any(a.startswith("-") for a in args):
         from captioning.training.config import compose_config
 
