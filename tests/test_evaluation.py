@@ -42,7 +42,8 @@ def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, t
 
     scores = json.loads((out / "scores.json").read_text())
     assert scores["scale"] == "0-1" and scores["tokenizer"] == "ptb" and scores["num_images"] == 8
-    assert scores["decoding"]["num_beams"] == 3  # conf/eval.yaml's default
+    stored = load_captioner(tiny_checkpoint).decoding["num_beams"]
+    assert scores["decoding"]["num_beams"] == stored  # conf/eval.yaml's null: the checkpoint's own
     assert set(TOOLKIT) <= set(scores["scores"])
     assert "SPICE" in scores["scores"] or "SPICE" in scores["skipped"]
     assert all(0.0 <= scores["scores"][m] <= 1.0 for m in TOOLKIT if m != "CIDEr")
@@ -55,7 +56,7 @@ def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, t
     grounding = scores["grounding"]
     assert set(grounding) == {"grounding", "words", "unmatched"}
     assert grounding["words"] == 0 or 0.0 <= grounding["grounding"] <= 1.0
-    assert "num_beams=3" in printed and "0-1 scale" in printed and "SPICE" in printed
+    assert f"num_beams={stored}" in printed and "0-1 scale" in printed and "SPICE" in printed
     assert "attention grounding" in printed and "NLTK corpus_bleu" in printed
 
 
