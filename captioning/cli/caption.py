@@ -17,6 +17,9 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".we
 GLOB_CHARS = set("*?[")
 
 
+OVERLAY_SIDE = 1024  # the overlay figure is ~800 px wide: a larger copy of the photo adds nothing
+
+
 def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     """One flag per HF ``generate`` option (unset: the checkpoint's), shared by the CLIs."""
     g = p.add_argument_group("decoding (HF generate names; default: the checkpoint's)")
@@ -104,8 +107,10 @@ def overlay_paths(out: Path, names: list[str]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from PIL import Image
+
     from captioning.checkpoints.load import CheckpointError
-    from captioning.data.images import ImageError, load_rgb
+    from captioning.data.images import ImageError, image_to_tensor, load_rgb
     from captioning.decoding.config import check_option
     from captioning.inference.captioner import Captioner
 
@@ -142,10 +147,18 @@ def run(args: argparse.Namespace) -> int:
                 failures["images"] += 1
                 continue
             try:
-                yield i, load_rgb(path)
+                image = load_rgb(path)
             except ImageError as e:
                 err(e)
                 failures["images"] += 1
+                continue
+            # Only the model's input (S x S) and, for an overlay, a copy of at most OVERLAY_SIDE px are
+            # kept until the batch is decoded: a camera photo's full decode is released at once.
+            tensor = image_to_tensor(image, model.image_size)  # exactly what the API would feed the model
+            if overlays:
+                image.thumbnail((OVERLAY_SIDE, OVERLAY_SIDE), Image.Resampling.BICUBIC)
+            yield i, (tensor, image if overlays else None)
+            del image
 
     stream = readable()
     while True:
@@ -153,9 +166,9 @@ def run(args: argparse.Namespace) -> int:
         if not batch:
             break
         results = model.caption(
-            [image for _, image in batch], batch_size=args.batch_size, seed=args.seed, **options
+            [tensor for _, (tensor, _) in batch], batch_size=args.batch_size, seed=args.seed, **options
         )
-        for (i, image), result in zip(batch, results):
+        for (i, (_, image)), result in zip(batch, results):
             result.image = str(paths[i])
             if args.json:
                 print(json.dumps(result.to_json()), flush=True)
