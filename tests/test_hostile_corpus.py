@@ -526,6 +526,7 @@ ROUND2_TRAIN = {
     "val_interval": (["trainer.val_check_interval=0"], "trainer.val_check_interval=0"),
     "no_images": (["data.train.num_images=0"], "data.train.num_images=0"),
     "scst_without_init": (["objective=scst"], "objective=scst starts from a cross-entropy checkpoint"),
+    "precision": (["trainer.precision=bogus"], "trainer: Precision 'bogus' is invalid"),
 }
 
 

@@ -16,6 +16,7 @@ configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE of
 
 import hydra  # noqa: E402
 import pytorch_lightning as pl  # noqa: E402
+from hydra.errors import InstantiationException  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
 from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 
@@ -28,7 +29,7 @@ from captioning.training.resume import (  # noqa: E402
     last_checkpoint_path,
     resolve_ckpt_path,
 )
-from captioning.training.validate import check_config, check_vocabulary  # noqa: E402
+from captioning.training.validate import ConfigError, check_config, check_vocabulary  # noqa: E402
 
 
 def instantiate_dict(cfg: DictConfig | None) -> list:
@@ -65,7 +66,12 @@ def train(cfg: DictConfig) -> str:
     loggers = instantiate_dict(cfg.get("logger"))
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    trainer: pl.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    try:  # Lightning refuses settings it cannot use (precision=bogus) with a ValueError: a config mistake
+        trainer: pl.Trainer = hydra.utils.instantiate(
+            cfg.trainer, callbacks=callbacks, logger=loggers or False
+        )
+    except InstantiationException as err:
+        raise ConfigError(one_line(err)) from err  # "trainer: ..." (the key comes with it)
 
     # weights_only: resuming never unpickles code either (the checkpoint holds tensors and plain data).
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
