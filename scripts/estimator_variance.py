@@ -1,0 +1,116 @@
+"""Variance of the location-policy gradient per REINFORCE estimator, on a trained hard-attention model.
+
+    python scripts/estimator_variance.py CKPT [CKPT ...] --data-root ../shared/data/flickr8k [--images 32]
+        [--repeats 30] [--json out.json]
+
+For each checkpoint (an LSTM with ``ReinforceHardAttention``), a fixed batch of dev images with one
+reference caption each is decoded under teacher forcing ``--repeats`` times per estimator; each time the
+REINFORCE term alone (entropy bonus off, dropout off, the moving-average baseline frozen at the
+checkpoint's value) is differentiated with respect to the attention layer's parameters. Reported per
+estimator: the total variance of that gradient (the sum over parameters of the per-parameter variance
+across repeats) and the norm of its mean. All estimators are unbiased for the same gradient (derivations
+in ``captioning/models/attention/hard.py`` and ``estimators.py``), so lower variance is strictly better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from captioning.checkpoints.load import load_captioner
+from captioning.data.images import image_to_tensor, load_rgb
+from captioning.data.readers import read_flickr8k
+from captioning.data.tokenize import tokenize
+from captioning.data.vocab import Vocab
+from captioning.models.attention.hard import ReinforceHardAttention
+
+ESTIMATORS = {  # name -> (credit, baseline, K samples per caption)
+    "caption reward, no baseline": ("caption", "none", 1),
+    "caption reward, moving average (paper)": ("caption", "moving_average", 1),
+    "caption reward, leave-one-out K=4": ("caption", "leave_one_out", 4),
+    "remaining words, no baseline": ("remaining", "none", 1),
+    "remaining words, moving average": ("remaining", "moving_average", 1),
+    "remaining words, leave-one-out K=4": ("remaining", "leave_one_out", 4),
+}
+
+
+def batch(model, root: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(features (n, L, D), token ids (n, T) with <start> ... <end>) of the first n dev images."""
+    records = read_flickr8k(root, "dev")[:n]
+    images = torch.stack([image_to_tensor(load_rgb(r.path), model.image_size) for r in records])
+    with torch.no_grad():
+        features = model.net.encode(images)  # (n, L, D)
+    ids = [model.vocab.encode(tokenize(r.captions[0])) for r in records]  # <start> words <end>
+    width = max(map(len, ids))
+    tokens = torch.full((n, width), Vocab.pad_id, dtype=torch.long)
+    for i, row in enumerate(ids):
+        tokens[i, : len(row)] = torch.as_tensor(row)
+    return features, tokens
+
+
+def gradient(decoder, attention, features, tokens, params) -> torch.Tensor:
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]  # (n, T-1) each
+    output = decoder(features, inputs)  # (n·K, T-1, V); K copies of a caption adjacent
+    k = output.logits.shape[0] // targets.shape[0]
+    targets = targets.repeat_interleave(k, dim=0)
+    mask = (targets != Vocab.pad_id).float()
+    token_logp = F.log_softmax(output.logits.float(), -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    loss, _ = decoder.auxiliary_loss(output, token_logp.detach(), mask)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
+
+
+def measure(path: str, root: str, n: int, repeats: int) -> dict:
+    model = load_captioner(path)
+    decoder, attention = model.net.decoder, model.net.decoder.attention
+    if not isinstance(attention, ReinforceHardAttention):
+        raise SystemExit(
+            f"{path}: the attention layer is {type(attention).__name__}, not ReinforceHardAttention"
+        )
+    features, tokens = batch(model, root, n)
+    for module in decoder.modules():  # dropout off: only the sampled locations vary between repeats
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    decoder.train()
+    attention.entropy_weight, attention.semi_sampling_p = 0.0, 0.0
+    saved = {k: v.clone() for k, v in attention.state_dict().items() if k in ("baseline", "sampled_batches")}
+    params = [p for p in attention.parameters() if p.requires_grad]
+    out = {}
+    for name, (credit, baseline, k) in ESTIMATORS.items():
+        attention.credit, attention.baseline_kind, attention.num_samples = credit, baseline, k
+        torch.manual_seed(0)
+        grads = []
+        for _ in range(repeats):
+            attention.load_state_dict({**attention.state_dict(), **saved})  # the baseline never drifts
+            attention.sample_this_batch = True
+            grads.append(gradient(decoder, attention, features, tokens, params))
+        g = torch.stack(grads)  # (repeats, P)
+        out[name] = {"variance": float(g.var(0).sum()), "mean_norm": float(g.mean(0).norm())}
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoints", nargs="+")
+    p.add_argument("--data-root", required=True, help="the Flickr8k folder (its dev split is used)")
+    p.add_argument("--images", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    report = {}
+    for path in args.checkpoints:
+        report[path] = measure(path, args.data_root, args.images, args.repeats)
+        print(path)
+        for name, row in report[path].items():
+            print(f"  {name:40s} variance {row['variance']:.4g}  |mean| {row['mean_norm']:.4g}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
