@@ -5,8 +5,8 @@
 
 For each checkpoint (an LSTM with ``ReinforceHardAttention``), a fixed batch of dev images with one
 reference caption each is decoded under teacher forcing ``--repeats`` times per estimator; each time the
-REINFORCE term alone (entropy bonus off, dropout off, the moving-average baseline frozen at the
-checkpoint's value) is differentiated with respect to the attention layer's parameters. Reported per
+REINFORCE term alone (entropy bonus off, dropout off, the moving-average baseline frozen at its
+equilibrium on the batch: the mean sampled reward, per caption or per token) is differentiated with respect to the attention layer's parameters. Reported per
 estimator: the total variance of that gradient (the sum over parameters of the per-parameter variance
 across repeats) and the norm of its mean. All estimators are unbiased for the same gradient (derivations
 in ``captioning/models/attention/hard.py`` and ``estimators.py``), so lower variance is strictly better.
@@ -64,6 +64,20 @@ def gradient(decoder, attention, features, tokens, params) -> torch.Tensor:
     return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
 
 
+@torch.no_grad()
+def mean_reward(decoder, features, tokens, per_token: bool, passes: int = 5) -> torch.Tensor:
+    """What a moving average converges to: the mean sampled reward log p(y | s, a), per caption or per
+    target token (the unit of ``credit="remaining"``'s per-step baseline)."""
+    values = []
+    for _ in range(passes):
+        output = decoder(features, tokens[:, :-1])
+        targets = tokens[:, 1:].repeat_interleave(output.logits.shape[0] // tokens.shape[0], dim=0)
+        mask = (targets != Vocab.pad_id).float()
+        logp = F.log_softmax(output.logits.float(), -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
+        values.append(logp.sum() / mask.sum() if per_token else logp.sum(1).mean())
+    return torch.stack(values).mean()
+
+
 def measure(path: str, root: str, n: int, repeats: int) -> dict:
     model = load_captioner(path)
     decoder, attention = model.net.decoder, model.net.decoder.attention
@@ -83,9 +97,13 @@ def measure(path: str, root: str, n: int, repeats: int) -> dict:
     for name, (credit, baseline, k) in ESTIMATORS.items():
         attention.credit, attention.baseline_kind, attention.num_samples = credit, baseline, k
         torch.manual_seed(0)
+        state = dict(saved)
+        if baseline == "moving_average":  # at its equilibrium on this batch, in this estimator's own unit
+            state["baseline"] = mean_reward(decoder, features, tokens, per_token=credit == "remaining")
+            state["sampled_batches"] = torch.ones_like(saved["sampled_batches"])
         grads = []
         for _ in range(repeats):
-            attention.load_state_dict({**attention.state_dict(), **saved})  # the baseline never drifts
+            attention.load_state_dict({**attention.state_dict(), **state})  # the baseline never drifts
             attention.sample_this_batch = True
             grads.append(gradient(decoder, attention, features, tokens, params))
         g = torch.stack(grads)  # (repeats, P)
