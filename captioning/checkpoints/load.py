@@ -129,11 +129,15 @@ def read_weights_and_meta(path: str | Path, map_location: str | torch.device = "
 
     if path.is_file() and is_export(path):
         return read_export(path, map_location)
-    checkpoint = read_checkpoint(path, map_location)
-    state, meta = net_state(checkpoint), checkpoint[CHECKPOINT_KEY]
+    return checkpoint_parts(read_checkpoint(path, map_location), path)
+
+
+def checkpoint_parts(checkpoint: dict, path: Path) -> tuple[dict, dict]:
+    """(the network's state dict, the plain-data entry) of a checkpoint ``read_checkpoint`` returned."""
+    meta = checkpoint[CHECKPOINT_KEY]
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path}: the '{CHECKPOINT_KEY}' entry is not a mapping")
-    return state, meta
+    return net_state(checkpoint), meta
 
 
 MAX_CONFIG_CHARS = 100_000  # a network config is a few hundred lines at most
@@ -211,7 +215,11 @@ def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -
 
     Every way a file can be unusable raises one :class:`CheckpointError` naming the file and the reason."""
     path = Path(path)
-    state, meta = read_weights_and_meta(path, map_location)
+    return build_captioner(*read_weights_and_meta(path, map_location), path)
+
+
+def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCaptioner:
+    """The captioner of an already read state dict and plain-data entry; ``path`` names them in errors."""
     try:
         vocab = Vocab.from_dict(meta["vocab"])
     except (KeyError, TypeError, ValueError) as err:
