@@ -54,15 +54,16 @@ def _printable(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
-def check_overlay_target(out: Path, inputs: list[Path]) -> str | None:
-    """Why ``--overlay`` cannot be written (unknown image format, it would overwrite an input), or None."""
+def check_overlay_target(out: Path, inputs: list[Path], overlays: list[Path]) -> str | None:
+    """Why ``--overlay`` cannot be written (unknown image format, one of its ``overlays`` would overwrite
+    an input), or None."""
     from PIL import Image
 
     if out.suffix.lower() not in Image.registered_extensions():
         return (
             f"--overlay {out}: {out.suffix or 'no suffix'} is not an image format; expected e.g. .png or .jpg"
         )
-    targets = {p.resolve() for p in overlay_paths(out, [str(p) for p in inputs])}
+    targets = {p.resolve() for p in overlays}
     clash = next((p for p in inputs if p.resolve() in targets), None)
     if clash is not None:
         return f"--overlay {out}: would overwrite the input image {clash}; choose another path"
@@ -131,11 +132,11 @@ def run(args: argparse.Namespace) -> int:
         err(e)
         return 2
     paths = expand_inputs(args.images)
-    problem = check_overlay_target(args.overlay, paths) if args.overlay else None
+    overlays = overlay_paths(args.overlay, [str(p) for p in paths]) if args.overlay else []
+    problem = check_overlay_target(args.overlay, paths, overlays) if args.overlay else None
     if problem:
         err(problem)
         return 2
-    overlays = overlay_paths(args.overlay, [str(p) for p in paths]) if args.overlay else []
     failures = {"images": 0, "overlays": 0}
 
     def readable():  # streamed: each image is read when its batch is decoded, then released
