@@ -22,6 +22,7 @@ from typing import Any
 
 from pycocotools.coco import COCO
 
+from captioning.data.files import read_utf8_text
 from captioning.data.tokenize import tokenize
 
 _log = logging.getLogger(__name__)
@@ -123,21 +124,8 @@ def _existing(path: str | Path, expected: str, is_dir: bool = False) -> Path:
     return path
 
 
-def _read_text(path: Path) -> str:
-    """The file as UTF-8 text, or one DatasetError naming the file and the first byte that is not UTF-8."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DatasetError(
-            f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}, line {line}); "
-            "expected a UTF-8 file (re-encode it, e.g. iconv -f latin1 -t utf-8)"
-        ) from None
-
-
 def _load_json(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
-    text = _read_text(path)
+    text = read_utf8_text(path, DatasetError)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -285,7 +273,7 @@ def read_karpathy(
 def _read_flickr8k_captions(token_file: Path, report: _Problems) -> dict[str, list[tuple[int, int, str]]]:
     """``<image>.jpg#<k>\\t<caption>`` lines -> {image name: [(k, line number, caption), ...]}."""
     captions: dict[str, list[tuple[int, int, str]]] = {}
-    for lineno, line in enumerate(_read_text(token_file).split("\n"), start=1):
+    for lineno, line in enumerate(read_utf8_text(token_file, DatasetError).split("\n"), start=1):
         line = line.rstrip("\r")
         if not line.strip():
             continue
@@ -317,7 +305,7 @@ def read_flickr8k(root: str | Path, split: str, *, on_error: str = "raise") -> l
 
     records: list[ImageRecord] = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(_read_text(split_file).splitlines(), start=1):
+    for lineno, line in enumerate(read_utf8_text(split_file, DatasetError).splitlines(), start=1):
         name = line.strip()
         if not name:
             continue

@@ -29,6 +29,7 @@ from pycocoevalcap.spice.spice import Spice
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 from pycocotools.coco import COCO
 
+from captioning.data.files import read_utf8_text
 from captioning.data.tokenize import tokenize
 from captioning.metrics.names import METRICS, TOKENIZERS  # noqa: E402  (re-exported)
 
@@ -266,18 +267,22 @@ def _check_regular_file(path: Path, what: str) -> None:
         raise ValueError(f"{what} {path} is not a regular file (a pipe or device); expected a JSON file")
 
 
+def _read_json(path: Path, what: str, expected: str) -> Any:
+    """``path`` parsed as JSON, or one ValueError naming it (as ``what``) and what is wrong with it."""
+    _check_regular_file(path, what)
+    text = read_utf8_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{what} {path} is not valid JSON: {err}") from err
+    except RecursionError:
+        raise ValueError(f"{what} {path}: JSON nested too deeply; expected {expected}") from None
+
+
 def load_coco_references(annotations_json: str | Path) -> dict[int, list[str]]:
     """Image id -> reference captions from a COCO captions annotation file (e.g. captions_val2014.json)."""
     path = Path(annotations_json)
-    _check_regular_file(path, "reference annotations")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise ValueError(
-            f"{path}: not UTF-8 text (byte at offset {err.start}); expected a COCO captions JSON"
-        ) from None
-    except (json.JSONDecodeError, RecursionError) as err:
-        raise ValueError(f"{path}: not valid JSON ({' '.join(str(err).split())[:100]})") from None
+    data = _read_json(path, "reference annotations", "a COCO captions JSON")
     anns = data.get("annotations") if isinstance(data, dict) else None
     if not isinstance(anns, list) or not isinstance(data.get("images", []), list):
         raise ValueError(f"{path}: expected a COCO captions object with 'images' and 'annotations' lists")
@@ -307,19 +312,7 @@ def load_results(results_json: str | Path, references: Mapping[Hashable, Sequenc
     Raises ``ValueError`` naming the file when it is malformed or has image ids not in ``references``.
     """
     path = Path(results_json)
-    _check_regular_file(path, "results file")
-    try:
-        anns = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"results file {path} is not valid JSON: {err}") from err
-    except UnicodeDecodeError as err:
-        raise ValueError(
-            f"results file {path} is not UTF-8 text (byte at offset {err.start}); expected JSON"
-        ) from None
-    except RecursionError:
-        raise ValueError(
-            f"results file {path}: JSON nested too deeply; expected a list of {{image_id, caption}}"
-        ) from None
+    anns = _read_json(path, "results file", "a JSON list of {image_id, caption}")
     if not isinstance(anns, list):
         raise ValueError(
             f"{path}: the top level is a JSON {type(anns).__name__}; expected a list of {{image_id, caption}}"

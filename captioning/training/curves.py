@@ -9,8 +9,11 @@ differ (CIDEr-D runs to ~8 on synthetic scenes, BLEU to 1).
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
+
+from captioning.data.files import read_utf8_text
 
 
 def find_metrics(run_dir: str | Path) -> Path:
@@ -27,26 +30,20 @@ def find_metrics(run_dir: str | Path) -> Path:
 def read_series(metrics_csv: Path) -> dict[str, list[tuple[int, float]]]:
     """name -> [(step, value)] for every numeric column, rows without a value skipped."""
     series: dict[str, list[tuple[int, float]]] = {}
-    try:
-        metrics_csv.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ValueError(
-            f"{metrics_csv}: not UTF-8 text (byte at offset {err.start}); expected a metrics CSV"
-        ) from None
-    with metrics_csv.open(newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            step = row.get("step")
-            if not step:
+    text = read_utf8_text(metrics_csv)  # line endings untouched: the csv module splits the rows
+    for row in csv.DictReader(io.StringIO(text, newline="")):
+        step = row.get("step")
+        if not step:
+            continue
+        for name, value in row.items():
+            if name in ("step", "epoch") or value in ("", None):
                 continue
-            for name, value in row.items():
-                if name in ("step", "epoch") or value in ("", None):
-                    continue
-                try:
-                    number = float(value)
-                except ValueError:
-                    continue
-                if math.isfinite(number):
-                    series.setdefault(name, []).append((int(float(step)), number))
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            if math.isfinite(number):
+                series.setdefault(name, []).append((int(float(step)), number))
     return series
 
 
