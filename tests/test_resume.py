@@ -163,19 +163,23 @@ class KillAtValidation(pl.Callback):
             raise RuntimeError("killed during validation")
 
 
+# 16 scenes x 5 captions / batch 8 = 10 steps an epoch; last.ckpt due every 5 steps: mid-epoch and at the
+# epoch's last step.
+EPOCH_END_RUN = [*TINY, "data.train.num_images=16", "callbacks.last_checkpoint.every_n_train_steps=5"]
+
+
+def _with_callback(cfg, name: str):
+    """``cfg`` with one more callback: the class ``name`` of this module."""
+    with open_dict(cfg):
+        cfg.callbacks[name.lower()] = OmegaConf.create({"_target_": f"{__name__}.{name}"})
+    return cfg
+
+
 def test_a_kill_between_an_epochs_last_step_and_its_validation_still_validates_that_epoch(
     tmp_path: Path,
 ) -> None:
-    # 16 scenes x 5 captions / batch 8 = 10 steps an epoch; last.ckpt due at steps 5 and 10 (the last).
-    run = [
-        *TINY,
-        "data.train.num_images=16",
-        "trainer.max_epochs=1",
-        "callbacks.last_checkpoint.every_n_train_steps=5",
-    ]
-    cfg = compose_train(run, tmp_path)
-    with open_dict(cfg):
-        cfg.callbacks.kill = OmegaConf.create({"_target_": f"{__name__}.KillAtValidation"})
+    run = [*EPOCH_END_RUN, "trainer.max_epochs=1"]
+    cfg = _with_callback(compose_train(run, tmp_path), "KillAtValidation")
     with pytest.raises(RuntimeError, match="killed during validation"):
         train(cfg)
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
@@ -189,15 +193,7 @@ def test_a_kill_between_an_epochs_last_step_and_its_validation_still_validates_t
 
 
 def test_the_periodic_save_at_an_epochs_last_step_happens_after_its_validation(tmp_path: Path) -> None:
-    run = [
-        *TINY,
-        "data.train.num_images=16",
-        "trainer.max_epochs=2",
-        "callbacks.last_checkpoint.every_n_train_steps=5",
-    ]
-    cfg = compose_train(run, tmp_path)
-    with open_dict(cfg):
-        cfg.callbacks.probe = OmegaConf.create({"_target_": f"{__name__}.SaveOrder"})
+    cfg = _with_callback(compose_train([*EPOCH_END_RUN, "trainer.max_epochs=2"], tmp_path), "SaveOrder")
     SaveOrder.events.clear()
     train(cfg)
     # every save of last.ckpt at an epoch's last step (10, 20) comes after that epoch's validation
