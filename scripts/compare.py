@@ -133,6 +133,8 @@ def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dic
     cfg, choices = compose_config("train", [choice, f"seed={seed}", *args.overrides])
     with open_dict(cfg):
         cfg.output_dir = str(run_dir)  # outside a Hydra run there is no ${hydra:runtime.output_dir}
+        if (run_dir / "checkpoints" / "last.ckpt").is_file():  # interrupted: go on from its last.ckpt
+            cfg.ckpt_path = "last"
     print(f"[compare] training {label} seed {seed} -> {run_dir}", flush=True)
     start = time.perf_counter()
     checkpoint = train(cfg)

@@ -622,3 +622,52 @@ def test_a_folder_without_images_and_an_unwritable_run_folder_are_one_line(
         cli()
     assert info.value.code == 2
     _assert_one_line(capsys.readouterr().err, "cannot create the run folder")
+
+
+def test_files_a_folder_leaves_out_for_their_suffix_are_named(good_checkpoint, photo, tmp_path, capsys):
+    folder = tmp_path / "shots"
+    folder.mkdir()
+    photo.rename(folder / "photo.png")
+    (folder / "notes.txt").write_text("not an image")
+    (folder / "raw.cr2").write_bytes(b"\x00" * 16)
+    assert captioning_main(["caption", str(folder), "--checkpoint", str(good_checkpoint)]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and str(folder / "photo.png") in out  # the image is captioned
+    line = _assert_one_line(err, str(folder), "left out 2 entries", "notes.txt", "raw.cr2")
+    assert line.startswith("note:")
+
+
+def test_a_fresh_run_in_a_folder_with_checkpoints_is_refused_and_overwrites_nothing(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    earlier = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"an earlier run's weights")
+    assert _train([], tmp_path / "run", monkeypatch) == 2
+    _assert_one_line(capsys.readouterr().err, str(earlier.parent), "last.ckpt", "ckpt_path=last")
+    assert earlier.read_bytes() == b"an earlier run's weights"
+
+
+def test_a_png_key_colour_is_composited_on_white(tmp_path: Path) -> None:
+    from captioning.data.images import load_rgb
+
+    pixels = np.zeros((4, 4, 3), dtype=np.uint8)
+    pixels[:2] = (10, 200, 30)  # the top half is the key colour (tRNS): transparent
+    path = tmp_path / "key.png"
+    Image.fromarray(pixels).save(path, transparency=(10, 200, 30))
+    assert "transparency" in Image.open(path).info
+    rgb = np.asarray(load_rgb(path))
+    assert (rgb[:2] == 255).all() and (rgb[2:] == 0).all()  # key -> white, the black half kept
+
+
+def test_a_fully_transparent_image_is_white_with_a_warning_naming_it(tmp_path: Path, caplog) -> None:
+    import logging
+
+    from captioning.data.images import load_rgb
+
+    path = tmp_path / "clear.png"
+    Image.new("RGBA", (6, 6), (200, 0, 0, 0)).save(path)
+    with caplog.at_level(logging.WARNING, logger="captioning.data.images"):
+        rgb = np.asarray(load_rgb(path))
+    assert (rgb == 255).all()
+    assert f"{path}: fully transparent" in caplog.text

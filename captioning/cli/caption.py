@@ -83,13 +83,23 @@ def add_parser(subparsers) -> None:
 
 def expand_inputs(items: list[str]) -> list[Path]:
     """Files as given; folders as their image files (sorted); globs expanded (sorted). A folder or glob
-    that matches nothing is kept as given, so that it is reported as an error."""
+    that matches nothing is kept as given, so that it is reported as an error. Files of a folder left out
+    for their suffix are named on stderr, so that nothing is dropped without a word."""
     out: list[Path] = []
     for item in items:
         path = Path(item)
         if path.is_dir():
             # every entry named like an image: a dangling link, a FIFO or a folder "x.png" is then reported
-            found = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+            entries = sorted(path.iterdir())
+            found = [p for p in entries if p.suffix.lower() in IMAGE_SUFFIXES]
+            other = [p.name for p in entries if p not in found and not p.name.startswith(".")]
+            if found and other:
+                shown = ", ".join(_printable(n) for n in other[:5]) + (", ..." if len(other) > 5 else "")
+                print(
+                    f"note: {_printable(str(path))}: left out {len(other)} entries without an image suffix "
+                    f"({shown}); images are read by suffix: {', '.join(sorted(IMAGE_SUFFIXES))}",
+                    file=sys.stderr,
+                )
             out += found or [path]
         elif GLOB_CHARS & set(item) and not path.exists():
             out += [Path(p) for p in sorted(glob.glob(item))] or [path]

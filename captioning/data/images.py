@@ -61,7 +61,7 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
                     f"{path}: {img.width}×{img.height} pixels is more than the {max_pixels:,} allowed"
                 )
             img.load()  # decode now: a corrupt pixel stream must fail here, not be half-read later
-            return to_rgb(_upright(img, path))
+            return to_rgb(_upright(img, path), name=str(path))
     except ImageError:
         raise
     except Image.DecompressionBombError as err:  # Pillow's own limit, hit while reading some headers
@@ -96,13 +96,17 @@ def _to_8bit(img: Image.Image) -> Image.Image:
     return Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), mode="L")
 
 
-def to_rgb(img: Image.Image) -> Image.Image:
+def to_rgb(img: Image.Image, name: str = "image") -> Image.Image:
     """Any Pillow image as 8-bit RGB: gray, palette, CMYK converted; >8-bit modes rescaled (``_to_8bit``);
-    transparency composited on white (a transparent background would otherwise turn black)."""
+    transparency composited on white (a transparent background would otherwise turn black), both an alpha
+    channel and a PNG/GIF key colour (``tRNS``: one value of an RGB, gray or palette image marked
+    transparent). An image transparent everywhere becomes plain white, with a warning naming ``name``."""
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
         img = _to_8bit(img)
-    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-        rgba = img.convert("RGBA")
+    if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info:
+        rgba = img.convert("RGBA")  # applies a key colour as alpha 0
+        if rgba.getchannel("A").getextrema()[1] == 0:
+            _log.warning("%s: fully transparent (alpha 0 everywhere), so it is captioned as a white image", name)
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         img = Image.alpha_composite(background, rgba)  # transparent -> white, not black
     return img.convert("RGB")

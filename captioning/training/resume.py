@@ -50,6 +50,22 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
     return str(path)
 
 
+def check_fresh_run_dir(output_dir: str | Path, ckpt_path: str | None) -> None:
+    """A fresh run (no ``ckpt_path``) must not start in a folder that already holds checkpoints: its
+    ``last.ckpt`` and best checkpoints would be overwritten or mixed with the new run's (Lightning only
+    warns). Resume it with ``ckpt_path=last``, or give the new run its own ``hydra.run.dir``."""
+    if ckpt_path:
+        return
+    folder = Path(output_dir) / "checkpoints"
+    found = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+    if found:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise ResumeError(
+            f"{folder} already holds checkpoints ({shown}) of an earlier run: resume it with "
+            f"ckpt_path=last, or start afresh in a new hydra.run.dir (nothing was overwritten)"
+        )
+
+
 def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(node, dict):
         out: dict[str, Any] = {}

@@ -25,6 +25,7 @@ from captioning.training.build import build_model  # noqa: E402
 from captioning.training.config import CONFIG_DIR  # noqa: E402
 from captioning.training.preflight import check_model_config  # noqa: E402
 from captioning.training.resume import (  # noqa: E402
+    check_fresh_run_dir,
     check_resume_matches,
     last_checkpoint_path,
     resolve_ckpt_path,
@@ -49,6 +50,7 @@ def train(cfg: DictConfig) -> str:
     check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
     check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), cfg.output_dir)  # "last" -> output_dir/checkpoints
+    check_fresh_run_dir(cfg.output_dir, ckpt_path)  # a reused run folder: never overwrite its checkpoints
     pl.seed_everything(cfg.seed, workers=True)
 
     # Data first: the vocabulary fixes the decoder's output size.
