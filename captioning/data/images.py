@@ -106,7 +106,9 @@ def to_rgb(img: Image.Image, name: str = "image") -> Image.Image:
     if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info:
         rgba = img.convert("RGBA")  # applies a key colour as alpha 0
         if rgba.getchannel("A").getextrema()[1] == 0:
-            _log.warning("%s: fully transparent (alpha 0 everywhere), so it is captioned as a white image", name)
+            _log.warning(
+                "%s: fully transparent (alpha 0 everywhere), so it is captioned as a white image", name
+            )
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         img = Image.alpha_composite(background, rgba)  # transparent -> white, not black
     return img.convert("RGB")
