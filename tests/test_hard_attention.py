@@ -172,6 +172,43 @@ def test_semi_sampling_coin_is_per_batch_and_selects_soft_or_hard_context():
     assert 0.4 < sum(flips) / len(flips) < 0.6  # 4 standard deviations of Binomial(400, 0.5) / 400
 
 
+def test_soft_to_hard_curriculum_anneals_per_training_batch_and_is_checkpointed():
+    layer = reinforce(
+        semi_sampling_p=1.0,
+        semi_sampling_final=0.0,
+        entropy_weight=0.01,
+        entropy_weight_final=0.0,
+        anneal_steps=4,
+    )
+    probabilities, weights, coins = [], [], []
+    for _ in range(6):
+        layer.start_training_batch()
+        probabilities.append(layer.soft_batch_probability)
+        weights.append(layer.entropy_weight)
+        coins.append(layer.sample_this_batch)
+    assert probabilities == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0, 0.0])  # batch 1 at the start value
+    assert weights == pytest.approx([0.01, 0.0075, 0.005, 0.0025, 0.0, 0.0])
+    assert coins[0] is False and coins[-2:] == [True, True]  # p = 1: soft for sure; p = 0: sampled for sure
+    restored = reinforce(
+        semi_sampling_p=1.0,
+        semi_sampling_final=0.0,
+        entropy_weight=0.01,
+        entropy_weight_final=0.0,
+        anneal_steps=4,
+    )
+    restored.load_state_dict(layer.state_dict())
+    assert restored.step == 6 and restored.soft_batch_probability == 0.0
+    legacy = {k: v for k, v in layer.state_dict().items() if k != "step"}  # written before the anneal
+    restored.load_state_dict(legacy)
+    assert restored.step == 0 and restored.soft_batch_probability == 1.0
+    with pytest.raises(ValueError, match="anneal_steps > 0"):
+        reinforce(semi_sampling_final=0.0)
+    constant = reinforce(semi_sampling_p=0.3)
+    for _ in range(3):
+        constant.start_training_batch()
+    assert constant.soft_batch_probability == 0.3 and constant.entropy_weight == constant.entropy_weight_start
+
+
 @pytest.mark.parametrize("cls", [ReinforceHardAttention, GumbelHardAttention])
 def test_inference_is_argmax_by_default_and_samples_alpha_on_request(cls):
     torch.manual_seed(0)

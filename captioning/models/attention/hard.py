@@ -136,6 +136,15 @@ class ReinforceHardAttention(HardAttention):
     ``semi_sampling_p``: per batch, with this probability the expected (soft) context Σ_i α_i a_i is used
     instead of a sample (the authors flip one coin per minibatch); such batches add no REINFORCE term and
     do not update the baseline, which estimates the reward of *sampled* attention.
+    ``semi_sampling_final`` / ``entropy_weight_final`` with ``anneal_steps`` N: a soft-to-hard curriculum.
+    The probability of a soft batch and λ_H move linearly from their start values to these over the
+    first N training batches, then stay (``None``: constant, the paper's). Starting at p = 1 the decoder
+    first learns as soft attention does (exact gradients of the expected context, no estimator noise),
+    so the scores α already point at what the words need when sampling takes over; ending at p = 0 the
+    last batches train exactly the hard model that inference runs. Every sampled batch's REINFORCE term
+    stays an unbiased estimate of the hard objective's gradient at the current weights (the coin and λ_H
+    depend on the step count only, not on s); what the schedule changes is which objective a batch
+    follows, as semi-sampling itself does.
     ``credit``: "caption" (the paper's: every location of a caption is credited with r_b) or "remaining"
     (location t with r_{b,t} = Σ_{u≥t} log p(y_u), the words it can still change; unbiased, see
     ``estimators.reward_to_go``). With "remaining" the baselines are per step: none, a moving average
@@ -155,8 +164,27 @@ class ReinforceHardAttention(HardAttention):
         num_samples: int = 1,
         sample_at_inference: bool = False,
         credit: str = "caption",
+        semi_sampling_final: float | None = None,
+        entropy_weight_final: float | None = None,
+        anneal_steps: int = 0,
     ):
         super().__init__(feature_dim, query_dim, attention_dim, sample_at_inference)
+        if semi_sampling_final is not None and not 0.0 <= semi_sampling_final <= 1.0:
+            raise ValueError(
+                f"ReinforceHardAttention: semi_sampling_final={semi_sampling_final} must be in [0, 1]"
+            )
+        if anneal_steps < 0 or (entropy_weight_final is not None and entropy_weight_final < 0.0):
+            raise ValueError(
+                f"ReinforceHardAttention: anneal_steps={anneal_steps} and entropy_weight_final="
+                f"{entropy_weight_final} must be >= 0"
+            )
+        if anneal_steps == 0 and (semi_sampling_final is not None or entropy_weight_final is not None):
+            raise ValueError(
+                "ReinforceHardAttention: semi_sampling_final / entropy_weight_final need anneal_steps > 0 "
+                "(the number of training batches over which to move to them)"
+            )
+        self.semi_sampling_final, self.entropy_weight_final = semi_sampling_final, entropy_weight_final
+        self.anneal_steps = anneal_steps
         if credit not in CREDITS:
             raise ValueError(f"ReinforceHardAttention: credit={credit!r}, expected one of {CREDITS}")
         self.credit = credit
@@ -171,18 +199,40 @@ class ReinforceHardAttention(HardAttention):
                 f"ReinforceHardAttention: semi_sampling_p={semi_sampling_p} must be in [0, 1] and "
                 f"baseline_decay={baseline_decay} in [0, 1)"
             )
-        self.entropy_weight = entropy_weight
+        self.entropy_weight_start = entropy_weight
         self.baseline_kind, self.baseline_decay = baseline, baseline_decay
         self.semi_sampling_p, self.num_samples = semi_sampling_p, num_samples
         self.register_buffer("baseline", torch.zeros(()))  # moving average of the sampled reward (per token
         # for "length_scaled")
         self.register_buffer("sampled_batches", torch.zeros((), dtype=torch.long))
+        self.register_buffer("step", torch.zeros((), dtype=torch.long))  # training batches started
         # The semi-sampling coin of the current batch, flipped by ``start_training_batch`` (the training
         # loop's explicit per-batch hook; per-step calls to ``forward`` cannot tell where a batch starts).
         self.sample_this_batch = True
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        # Checkpoints written before the anneal existed have no step counter: they start at 0.
+        state_dict.setdefault(prefix + "step", torch.zeros((), dtype=torch.long))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _annealed(self, start: float, final: float | None) -> float:
+        """``start`` moved linearly to ``final`` over the first ``anneal_steps`` batches (then ``final``)."""
+        if final is None:
+            return start
+        done = min(max(int(self.step) - 1, 0) / self.anneal_steps, 1.0)  # this batch's place in the anneal
+        return start + (final - start) * done
+
+    @property
+    def soft_batch_probability(self) -> float:
+        return self._annealed(self.semi_sampling_p, self.semi_sampling_final)
+
+    @property
+    def entropy_weight(self) -> float:
+        return self._annealed(self.entropy_weight_start, self.entropy_weight_final)
+
     def start_training_batch(self) -> None:
-        self.sample_this_batch = bool(torch.rand(()) >= self.semi_sampling_p)
+        self.step += 1
+        self.sample_this_batch = bool(torch.rand(()) >= self.soft_batch_probability)
 
     def forward(
         self, query: Tensor, features: Tensor, keys: Tensor, mask: Tensor | None = None
