@@ -17,6 +17,7 @@ from captioning.losses import caption_loss
 from captioning.models.attention.estimators import (
     leave_one_out_baseline,
     moving_average,
+    reward_to_go,
     score_function_surrogate,
 )
 from captioning.models.attention.hard import GumbelHardAttention, ReinforceHardAttention
@@ -384,6 +385,73 @@ def test_reward_to_go_estimators_are_unbiased_on_a_three_step_problem(credit, ba
     est = estimates_3(layer, batches=300, n=64 // k, k=k)
     mean, stderr = est.mean(0), est.std(0) / math.sqrt(est.shape[0])
     assert torch.all((mean - exact_gradient_3()).abs() <= 4 * stderr), (mean, exact_gradient_3(), stderr)
+
+
+def value_table(s: torch.Tensor) -> torch.Tensor:
+    """(N, 3) locations -> (N, 3) a state-dependent baseline b_t(s_<t) as a decoder state could carry it:
+    any function of the earlier locations (here the earlier words' log-likelihoods), never of s_t."""
+    f = f_tokens(s)
+    return torch.stack([torch.full_like(f[:, 0], -17.0), f[:, 0] - 11.0, f[:, :2].sum(1) - 5.0], 1)
+
+
+@pytest.mark.parametrize("credit", ["caption", "remaining"])
+def test_a_learned_state_dependent_baseline_is_unbiased_and_fits_its_target(credit):
+    layer = reinforce(baseline="learned", credit=credit)
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for _ in range(300):
+        theta = THETA3.clone().requires_grad_(True)
+        s = torch.stack(
+            [torch.multinomial(torch.softmax(THETA3[t], -1), 64, True, generator=g) for t in range(3)], 1
+        )
+        log_prob = torch.log_softmax(theta, -1).gather(1, s.t()).t()  # (N, 3)
+        loss, _ = layer.auxiliary_loss(
+            log_prob, torch.zeros(64, 3), f_tokens(s), torch.ones(64, 3), value_table(s)
+        )
+        out.append(-torch.autograd.grad(loss, theta)[0] * 3)
+    est = torch.stack(out)
+    mean, stderr = est.mean(0), est.std(0) / math.sqrt(est.shape[0])
+    assert torch.all((mean - exact_gradient_3()).abs() <= 4 * stderr), (mean, exact_gradient_3(), stderr)
+    # The value head's term: gradient value_weight · 2(b − target)/tokens on b, and a loss value of 0.
+    s = torch.stack(
+        [torch.multinomial(torch.softmax(THETA3[t], -1), 8, True, generator=g) for t in range(3)], 1
+    )
+    value = value_table(s).requires_grad_(True)
+    loss, logs = layer.auxiliary_loss(
+        torch.zeros(8, 3), torch.zeros(8, 3), f_tokens(s), torch.ones(8, 3), value
+    )
+    target = (
+        reward_to_go(f_tokens(s), torch.ones(8, 3))
+        if credit == "remaining"
+        else f_tokens(s).sum(1, keepdim=True)
+    )
+    (grad,) = torch.autograd.grad(loss, value)
+    torch.testing.assert_close(grad, 2 * (value.detach() - target) / 24)
+    assert loss.item() == 0.0 and logs["value_loss"] == pytest.approx(((value - target) ** 2).mean().item())
+
+
+def test_the_learned_baseline_learns_in_a_decoder_and_only_the_value_head_sees_its_fit():
+    layer = ReinforceHardAttention(
+        feature_dim=5, query_dim=4, attention_dim=6, baseline="learned", semi_sampling_p=0.0
+    )
+    layer.train().start_training_batch()
+    features, query = torch.randn(3, 7, 5), torch.randn(3, 4, requires_grad=True)
+    out = layer(query, features, layer.precompute(features))
+    torch.testing.assert_close(out.value, layer.value_head(query).squeeze(-1))
+    _, logs = layer.auxiliary_loss(
+        out.log_prob.unsqueeze(1),
+        out.entropy.unsqueeze(1),
+        torch.full((3, 1), -4.0),
+        torch.ones(3, 1),
+        out.value.unsqueeze(1),
+    )
+    fit = logs["value_loss"]
+    assert fit > 0 and "value_head.weight" in layer.state_dict()
+    assert (
+        "value_head.weight" not in reinforce().state_dict()
+    )  # other baselines: the same state dict as before
+    (gq,) = torch.autograd.grad(out.value.sum(), query, allow_unused=True)
+    assert gq is None or torch.count_nonzero(gq) == 0  # the head reads a detached state
 
 
 def test_measured_variance_ordering_of_the_estimators():

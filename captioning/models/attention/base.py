@@ -24,6 +24,7 @@ class AttentionOutput:
     alphas: Tensor  # (B, L) the attention distribution α_t (Xu et al. eq. 5)
     log_prob: Tensor | None = None  # (B,) log α_{t, s_t} of a sampled location (stochastic layers)
     entropy: Tensor | None = None  # (B,) H[α_t], for entropy bonuses and logging
+    value: Tensor | None = None  # (B,) a learned baseline b(h_{t-1}) of the location choice (REINFORCE)
 
 
 class AttentionLayer(nn.Module):
@@ -46,7 +47,12 @@ class AttentionLayer(nn.Module):
         return AttentionOutput(context=attend(alphas, features), weights=alphas, alphas=alphas)
 
     def auxiliary_loss(
-        self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
+        self,
+        log_prob: Tensor,
+        entropy: Tensor,
+        reward: Tensor,
+        token_mask: Tensor,
+        value: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Training terms of stochastic layers (REINFORCE); deterministic layers add nothing."""
         return reward.new_zeros(()), {}

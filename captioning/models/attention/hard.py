@@ -34,7 +34,7 @@ from captioning.models.attention.estimators import (
 )
 from captioning.models.attention.soft import AdditiveAttention
 
-BASELINES = ("none", "moving_average", "length_scaled", "leave_one_out")
+BASELINES = ("none", "moving_average", "length_scaled", "leave_one_out", "learned")
 CREDITS = ("caption", "remaining")
 
 
@@ -131,7 +131,16 @@ class ReinforceHardAttention(HardAttention):
     m the same moving average of the reward *per token*: r = Σ_t log p(y_t) scales with the caption's
     length, which a single b cannot follow; n_b is fixed by the target, not by s, so this stays
     unbiased), "leave_one_out" (K = ``num_samples`` >= 2 samples per caption, each baseline the mean
-    reward of the other K − 1) or "none". With ``num_samples`` K > 1 the decoder decodes every caption
+    reward of the other K − 1), "learned" or "none".
+    ``baseline="learned"``: a state-dependent baseline b_t = w·h_{t-1} + c, a linear value head on the
+    decoder state that scores location t (the query, detached: the head learns only the value, never
+    reshapes the state). h_{t-1} is fixed before s_t is drawn (it depends on s_{<t} only), so
+    E[b_t ∂log α_{t,s_t} | s_{<t}] = b_t Σ_s ∂α_{t,s} = 0: unbiased for any weights (estimators.py).
+    It is fitted by least squares to the reward it stands in for (r_b, or r_{b,t} with
+    ``credit="remaining"``), ``value_weight`` × the per-token mean squared error, added with value 0 like
+    the surrogate (the gradient only; logged as ``value_loss``). Unlike a moving average it follows what
+    the state says about the caption (its length so far, how well the words went), like the critic of an
+    actor-critic, yet needs no second sample. With ``num_samples`` K > 1 the decoder decodes every caption
     K times in training.
     ``semi_sampling_p``: per batch, with this probability the expected (soft) context Σ_i α_i a_i is used
     instead of a sample (the authors flip one coin per minibatch); such batches add no REINFORCE term and
@@ -167,6 +176,7 @@ class ReinforceHardAttention(HardAttention):
         semi_sampling_final: float | None = None,
         entropy_weight_final: float | None = None,
         anneal_steps: int = 0,
+        value_weight: float = 1.0,
     ):
         super().__init__(feature_dim, query_dim, attention_dim, sample_at_inference)
         if semi_sampling_final is not None and not 0.0 <= semi_sampling_final <= 1.0:
@@ -183,6 +193,11 @@ class ReinforceHardAttention(HardAttention):
                 "ReinforceHardAttention: semi_sampling_final / entropy_weight_final need anneal_steps > 0 "
                 "(the number of training batches over which to move to them)"
             )
+        if value_weight < 0.0:
+            raise ValueError(f"ReinforceHardAttention: value_weight={value_weight} must be >= 0")
+        self.value_weight = value_weight
+        # Only with baseline="learned", so other checkpoints keep their exact state dict.
+        self.value_head = torch.nn.Linear(query_dim, 1) if baseline == "learned" else None
         self.semi_sampling_final, self.entropy_weight_final = semi_sampling_final, entropy_weight_final
         self.anneal_steps = anneal_steps
         if credit not in CREDITS:
@@ -247,7 +262,18 @@ class ReinforceHardAttention(HardAttention):
                 log_prob=torch.zeros_like(alphas[:, 0]),
                 entropy=entropy_of(alphas),
             )
-        return self.one_cell(self.choose(alphas), alphas, log_alphas, features)
+        out = self.one_cell(self.choose(alphas), alphas, log_alphas, features)
+        if self.value_head is not None:
+            out.value = self.value_head(query.detach()).squeeze(-1)  # (B·K,) b(h_{t-1}), chosen-s-free
+        return out
+
+    def _value_loss(self, value: Tensor | None, target: Tensor, token_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """(baseline, loss): ``value`` (B, T) detached as the baseline, and the value head's least-squares
+        fit to ``target`` (B, T) (value_weight × per-token mean squared error), added with value 0."""
+        if value is None:
+            raise ValueError("ReinforceHardAttention(baseline='learned') needs the decoder's location values")
+        fit = self.value_weight * per_token_mean((value - target.detach()).square(), token_mask)
+        return value.detach(), fit
 
     def running_baseline(self, lengths: Tensor) -> Tensor:
         """(B,) the moving-average baseline for captions of ``lengths`` target tokens (no update)."""
@@ -256,10 +282,16 @@ class ReinforceHardAttention(HardAttention):
         return self.baseline.expand_as(lengths).clone()
 
     def auxiliary_loss(
-        self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
+        self,
+        log_prob: Tensor,
+        entropy: Tensor,
+        reward: Tensor,
+        token_mask: Tensor,
+        value: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """``log_prob``/``entropy``/``token_mask`` (B, T); ``reward`` (B,) = log p(y | s, a), or (B, T) the
-        per-token log p(y_t | ...) whose sum that is (needed by ``credit="remaining"``); detached."""
+        per-token log p(y_t | ...) whose sum that is (needed by ``credit="remaining"``); detached.
+        ``value`` (B, T): the learned baselines (``baseline="learned"``)."""
         token_reward = reward.detach() if reward.dim() == 2 else None
         reward = token_reward.mul(token_mask).sum(1) if token_reward is not None else reward.detach()  # (B,)
         if self.credit == "remaining":
@@ -267,7 +299,7 @@ class ReinforceHardAttention(HardAttention):
                 raise ValueError(
                     "ReinforceHardAttention(credit='remaining') needs the per-token rewards (B, T)"
                 )
-            return self._remaining_credit_loss(log_prob, entropy, token_reward, token_mask)
+            return self._remaining_credit_loss(log_prob, entropy, token_reward, token_mask, value)
         lengths = token_mask.sum(1)  # (B,) target tokens per caption
         entropy_mean = per_token_mean(entropy, token_mask)
         logs = {"reward_mean": reward.mean(), "attention_entropy": entropy_mean.detach()}
@@ -278,7 +310,10 @@ class ReinforceHardAttention(HardAttention):
         logs["sampled_batch"] = reward.new_tensor(float(sampled))
         if not sampled:
             return loss, {**logs, "baseline": self.running_baseline(lengths).mean()}
-        if self.baseline_kind == "leave_one_out":
+        fit = None
+        if self.baseline_kind == "learned":  # one baseline per step, b(h_{t-1}), all for the same r_b
+            baseline, fit = self._value_loss(value, reward.unsqueeze(1).expand_as(token_mask), token_mask)
+        elif self.baseline_kind == "leave_one_out":
             baseline = leave_one_out_baseline(reward, self.num_samples)  # (B·K,)
         elif self.baseline_kind in ("moving_average", "length_scaled"):
             batch_value = (
@@ -293,16 +328,29 @@ class ReinforceHardAttention(HardAttention):
         else:
             baseline = torch.zeros_like(reward)
         self.sampled_batches += 1
-        advantage = reward - baseline  # (B,)
+        advantage = reward.unsqueeze(1) - baseline if baseline.dim() == 2 else reward - baseline  # (B,[T])
         tokens = token_mask.sum().clamp_min(1.0)
         surrogate = score_function_surrogate(log_prob, advantage, token_mask) / tokens
         # Added as s − detach(s): the same gradient, but value 0, so train/loss stays xent + reg − λ_H·H
         # (the surrogate's value, tens of nats of noise, means nothing; only its gradient does).
         loss = loss + (surrogate - surrogate.detach())  # per target token, like the xent
+        if fit is not None:
+            loss, logs["value_loss"] = loss + (fit - fit.detach()), fit.detach()
+            live = advantage[token_mask.bool()]
+            return loss, {
+                **logs,
+                "baseline": baseline[:, 0].mean(),
+                "advantage_std": live.std(unbiased=False),
+            }
         return loss, {**logs, "baseline": baseline.mean(), "advantage_std": advantage.std(unbiased=False)}
 
     def _remaining_credit_loss(
-        self, log_prob: Tensor, entropy: Tensor, token_reward: Tensor, token_mask: Tensor
+        self,
+        log_prob: Tensor,
+        entropy: Tensor,
+        token_reward: Tensor,
+        token_mask: Tensor,
+        value: Tensor | None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """``credit="remaining"``: every step's advantage r_{b,t} − b_{b,t} (class docstring)."""
         step_reward = reward_to_go(token_reward, token_mask)  # (B, T)
@@ -315,7 +363,10 @@ class ReinforceHardAttention(HardAttention):
         logs["sampled_batch"] = token_reward.new_tensor(float(self.sample_this_batch))
         if not self.sample_this_batch:
             return loss, {**logs, "baseline": (self.baseline * remaining[:, 0]).mean()}
-        if self.baseline_kind == "leave_one_out":
+        fit = None
+        if self.baseline_kind == "learned":
+            baseline, fit = self._value_loss(value, step_reward, token_mask)  # (B, T)
+        elif self.baseline_kind == "leave_one_out":
             k = self.num_samples
             grouped = step_reward.view(-1, k, step_reward.shape[1])  # (B, K, T): a caption's K samples
             baseline = ((grouped.sum(1, keepdim=True) - grouped) / (k - 1)).reshape_as(step_reward)
@@ -333,6 +384,8 @@ class ReinforceHardAttention(HardAttention):
             1.0
         )
         loss = loss + (surrogate - surrogate.detach())
+        if fit is not None:
+            loss, logs["value_loss"] = loss + (fit - fit.detach()), fit.detach()
         live = advantage[token_mask.bool()]
         return loss, {**logs, "baseline": baseline[:, 0].mean(), "advantage_std": live.std(unbiased=False)}
 
@@ -392,7 +445,12 @@ class GumbelHardAttention(HardAttention):
         return self.one_cell(index, alphas, log_alphas, features, weights=weights)
 
     def auxiliary_loss(
-        self, log_prob: Tensor, entropy: Tensor, reward: Tensor, token_mask: Tensor
+        self,
+        log_prob: Tensor,
+        entropy: Tensor,
+        reward: Tensor,
+        token_mask: Tensor,
+        value: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """No estimator term (gradients flow through the relaxation); optional entropy bonus."""
         entropy_mean = per_token_mean(entropy, token_mask)

@@ -147,7 +147,7 @@ class LSTMDecoder(Decoder):
         emb = self.embedding(tokens)  # (B, T, E)
         emb_gates = self.gates_emb(emb).unbind(1)  # T × (B, 4H): one matmul for all steps
         gates_rec = recurrent_linear(self.gates_rec.weight)  # its weight gradient: one GEMM after the loop
-        hs, zs, weights, alphas, log_probs, entropies = [], [], [], [], [], []
+        hs, zs, weights, alphas, log_probs, entropies, values = [], [], [], [], [], [], []
         for t in range(tokens.shape[1]):
             z, att, state = self._advance(emb_gates[t], state, gates_rec)
             hs.append(state["h"])
@@ -158,12 +158,16 @@ class LSTMDecoder(Decoder):
                 log_probs.append(att.log_prob)
             if att.entropy is not None:
                 entropies.append(att.entropy)
+            if att.value is not None:
+                values.append(att.value)
         logits = self.deep_output(emb, torch.stack(hs, 1), torch.stack(zs, 1))  # (B, T, V), one matmul each
         aux = {}
         if log_probs:
             aux["location_log_prob"] = torch.stack(log_probs, 1)  # (B, T)
         if entropies:
             aux["location_entropy"] = torch.stack(entropies, 1)  # (B, T)
+        if values:
+            aux["location_value"] = torch.stack(values, 1)  # (B, T) learned baselines b(h_{t-1})
         return DecoderOutput(
             logits=logits, attention=torch.stack(weights, 1), alphas=torch.stack(alphas, 1), aux=aux
         )
@@ -186,4 +190,5 @@ class LSTMDecoder(Decoder):
             output.aux["location_entropy"],
             token_logp * token_mask,
             token_mask,
+            output.aux.get("location_value"),
         )
