@@ -59,7 +59,8 @@ class ImageEncoder(nn.Module):
     def _to_grid(self, fmap: Tensor) -> Tensor:
         # Adaptive pooling also *enlarges* a small map (each output cell averages the input cells it
         # overlaps), e.g. ResNet's 7x7 at 224 px to 14x14 as in common Show-Attend-Tell ports.
-        pooled = F.adaptive_avg_pool2d(fmap, self.grid_size)  # (B, D, g, g)
+        same = fmap.shape[-2:] == (self.grid_size, self.grid_size)  # pooling to its own size: a copy
+        pooled = fmap if same else F.adaptive_avg_pool2d(fmap, self.grid_size)  # (B, D, g, g)
         return pooled.flatten(2).transpose(1, 2)  # (B, L, D), L = g*g, row-major over the grid
 
     def _freeze(self, names: list[str]) -> None:
