@@ -90,7 +90,7 @@ def measure(path: str, root: str, n: int, repeats: int) -> dict:
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     decoder.train()
-    attention.entropy_weight, attention.semi_sampling_p = 0.0, 0.0
+    attention.entropy_weight, attention.semi_sampling_p, attention.semi_sampling_final = 0.0, 0.0, None
     saved = {k: v.clone() for k, v in attention.state_dict().items() if k in ("baseline", "sampled_batches")}
     params = [p for p in attention.parameters() if p.requires_grad]
     out = {}

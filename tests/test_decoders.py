@@ -22,9 +22,10 @@ def test_forward_shapes_and_finite_gradients(decoder):
     inputs, targets = shift_inputs(tokens)
     out = net.decoder(features, inputs)
     L = features.shape[1]
-    assert out.logits.shape == (3, 5, V)
-    assert out.attention.shape == (3, 5, L) and out.alphas.shape == (3, 5, L)
-    torch.testing.assert_close(out.alphas.sum(-1), torch.ones(3, 5))
+    k = getattr(getattr(net.decoder, "attention", None), "num_samples", 1)  # K attention samples in training
+    assert out.logits.shape == (3 * k, 5, V)
+    assert out.attention.shape == (3 * k, 5, L) and out.alphas.shape == (3 * k, 5, L)
+    torch.testing.assert_close(out.alphas.sum(-1), torch.ones(3 * k, 5))
     terms = caption_loss(out, targets, net.decoder)
     terms.loss.backward()
     grads = [p.grad for p in net.decoder.parameters() if p.requires_grad]

@@ -336,7 +336,7 @@ def _config(name: str):
 
 def test_configs_instantiate_the_documented_encoders() -> None:
     small = instantiate(_config("small_cnn"))
-    assert isinstance(small, SmallCNN) and (small.out_dim, small.grid_size) == (128, 6)
+    assert isinstance(small, SmallCNN) and (small.out_dim, small.grid_size) == (128, 12)
     for variant, dim in (("lite0", 112), ("lite1", 112), ("lite2", 120)):
         cfg = OmegaConf.merge(_config("efficientnet_lite0"), _config(f"efficientnet_{variant}"))
         cfg.pop("defaults", None)

@@ -72,7 +72,8 @@ class CaptionLitModule(pl.LightningModule):
         """Weights only from a checkpoint or export (``init_from``); the vocabulary must be this run's and
         every parameter must fit. Buffers the other network lacks keep their initial values: a soft
         attention checkpoint starts a hard-attention run (soft-to-hard), whose REINFORCE baseline and
-        step counters then start from zero."""
+        step counters then start from zero, and a learned baseline's value head (``value_head``, the one
+        parameter set that belongs to the estimator, not the captioner) from its initialisation."""
         from captioning.checkpoints.load import CheckpointError, load_captioner
 
         loaded = load_captioner(path)
@@ -82,10 +83,12 @@ class CaptionLitModule(pl.LightningModule):
                 f"({len(self.vocab)} words); start from a checkpoint trained on the same data"
             )
         mine, theirs = type(self.net.decoder).__name__, type(loaded.net.decoder).__name__
-        buffers = {name for name, _ in self.net.named_buffers()}
+        fresh = {name for name, _ in self.net.named_buffers()} | {
+            name for name, _ in self.net.named_parameters() if ".value_head." in f".{name}"
+        }
         try:
             result = self.net.load_state_dict(loaded.net.state_dict(), strict=False)
-            missing = [k for k in result.missing_keys if k not in buffers]
+            missing = [k for k in result.missing_keys if k not in fresh]
             if missing or result.unexpected_keys:
                 raise RuntimeError(f"missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
         except RuntimeError as err:

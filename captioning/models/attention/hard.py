@@ -245,6 +245,10 @@ class ReinforceHardAttention(HardAttention):
     def entropy_weight(self) -> float:
         return self._annealed(self.entropy_weight_start, self.entropy_weight_final)
 
+    @entropy_weight.setter
+    def entropy_weight(self, value: float) -> None:  # a constant λ_H from now on (no anneal)
+        self.entropy_weight_start, self.entropy_weight_final = value, None
+
     def start_training_batch(self) -> None:
         self.step += 1
         self.sample_this_batch = bool(torch.rand(()) >= self.soft_batch_probability)
