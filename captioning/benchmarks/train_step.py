@@ -35,6 +35,11 @@ def build_decoder(name: str, args) -> tuple[torch.nn.Module, Callable[..., torch
             f"model.decoder.hidden_dim={args.dim}",
             f"model.decoder.attention.attention_dim={args.dim}",
         ]
+    if name == "hard_reinforce":  # one attention sample per caption: the same work per step as the others
+        overrides += [
+            "model.decoder.attention.num_samples=1",
+            "model.decoder.attention.baseline=moving_average",
+        ]
     cfg, _ = compose_config("train", [*overrides, f"model.decoder.feature_dim={args.feature_dim}"])
     torch.manual_seed(0)
     decoder = hydra.utils.instantiate(net_config(cfg.model, args.vocab).decoder)  # features are given
