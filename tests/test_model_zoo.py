@@ -28,7 +28,13 @@ def _photos_whose_captions_all_say(word: str, n: int) -> list[Path]:
 
 
 def test_the_zoo_has_the_flickr8k_models() -> None:
-    assert {p.stem for p in ZOO} >= {"flickr8k_soft_xe", "flickr8k_soft_scst", "flickr8k_hard_reinforce"}
+    assert {p.stem for p in ZOO} >= {
+        "flickr8k_soft_xe",
+        "flickr8k_soft_scst",
+        "flickr8k_hard_reinforce",
+        "flickr8k_hard_gumbel",
+        "flickr8k_transformer",
+    }
 
 
 @pytest.mark.parametrize("export", ZOO, ids=lambda p: p.stem)
