@@ -174,13 +174,14 @@ def test_semi_sampling_coin_is_per_batch_and_selects_soft_or_hard_context():
 
 
 def test_soft_to_hard_curriculum_anneals_per_training_batch_and_is_checkpointed():
-    layer = reinforce(
+    schedule = dict(
         semi_sampling_p=1.0,
         semi_sampling_final=0.0,
         entropy_weight=0.01,
         entropy_weight_final=0.0,
         anneal_steps=4,
     )
+    layer = reinforce(**schedule)
     probabilities, weights, coins = [], [], []
     for _ in range(6):
         layer.start_training_batch()
@@ -190,13 +191,7 @@ def test_soft_to_hard_curriculum_anneals_per_training_batch_and_is_checkpointed(
     assert probabilities == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0, 0.0])  # batch 1 at the start value
     assert weights == pytest.approx([0.01, 0.0075, 0.005, 0.0025, 0.0, 0.0])
     assert coins[0] is False and coins[-2:] == [True, True]  # p = 1: soft for sure; p = 0: sampled for sure
-    restored = reinforce(
-        semi_sampling_p=1.0,
-        semi_sampling_final=0.0,
-        entropy_weight=0.01,
-        entropy_weight_final=0.0,
-        anneal_steps=4,
-    )
+    restored = reinforce(**schedule)
     restored.load_state_dict(layer.state_dict())
     assert restored.step == 6 and restored.soft_batch_probability == 0.0
     legacy = {k: v for k, v in layer.state_dict().items() if k != "step"}  # written before the anneal
