@@ -338,15 +338,19 @@ class ReinforceHardAttention(HardAttention):
         # Added as s − detach(s): the same gradient, but value 0, so train/loss stays xent + reg − λ_H·H
         # (the surrogate's value, tens of nats of noise, means nothing; only its gradient does).
         loss = loss + (surrogate - surrogate.detach())  # per target token, like the xent
+        return self._finish(loss, logs, fit, baseline, advantage, token_mask)
+
+    @staticmethod
+    def _finish(
+        loss: Tensor, logs: dict, fit: Tensor | None, baseline: Tensor, advantage: Tensor, token_mask: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """A sampled batch's loss with the learned baseline's fit added (value 0, like the surrogate), and
+        its logs: the baseline of the first step, the advantage's spread (over real steps when per step)."""
         if fit is not None:
             loss, logs["value_loss"] = loss + (fit - fit.detach()), fit.detach()
-            live = advantage[token_mask.bool()]
-            return loss, {
-                **logs,
-                "baseline": baseline[:, 0].mean(),
-                "advantage_std": live.std(unbiased=False),
-            }
-        return loss, {**logs, "baseline": baseline.mean(), "advantage_std": advantage.std(unbiased=False)}
+        first = baseline[:, 0] if baseline.dim() == 2 else baseline  # (B,)
+        live = advantage[token_mask.bool()] if advantage.dim() == 2 else advantage
+        return loss, {**logs, "baseline": first.mean(), "advantage_std": live.std(unbiased=False)}
 
     def _remaining_credit_loss(
         self,
@@ -388,10 +392,7 @@ class ReinforceHardAttention(HardAttention):
             1.0
         )
         loss = loss + (surrogate - surrogate.detach())
-        if fit is not None:
-            loss, logs["value_loss"] = loss + (fit - fit.detach()), fit.detach()
-        live = advantage[token_mask.bool()]
-        return loss, {**logs, "baseline": baseline[:, 0].mean(), "advantage_std": live.std(unbiased=False)}
+        return self._finish(loss, logs, fit, baseline, advantage, token_mask)
 
 
 class GumbelHardAttention(HardAttention):
