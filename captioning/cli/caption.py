@@ -90,9 +90,12 @@ def expand_inputs(items: list[str]) -> list[Path]:
         path = Path(item)
         if path.is_dir():
             # every entry named like an image: a dangling link, a FIFO or a folder "x.png" is then reported
-            entries = sorted(path.iterdir())
-            found = [p for p in entries if p.suffix.lower() in IMAGE_SUFFIXES]
-            other = [p.name for p in entries if p not in found and not p.name.startswith(".")]
+            found, other = [], []  # one pass: a camera folder can hold tens of thousands of entries
+            for entry in sorted(path.iterdir()):
+                if entry.suffix.lower() in IMAGE_SUFFIXES:
+                    found.append(entry)
+                elif not entry.name.startswith("."):
+                    other.append(entry.name)
             if found and other:
                 shown = ", ".join(_printable(n) for n in other[:5]) + (", ..." if len(other) > 5 else "")
                 print(
