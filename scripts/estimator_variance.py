@@ -52,13 +52,18 @@ def batch(model, root: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return features, tokens
 
 
-def gradient(decoder, attention, features, tokens, params) -> torch.Tensor:
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]  # (n, T-1) each
-    output = decoder(features, inputs)  # (n·K, T-1, V); K copies of a caption adjacent
-    k = output.logits.shape[0] // targets.shape[0]
-    targets = targets.repeat_interleave(k, dim=0)
+def teacher_forced(decoder, features, tokens):
+    """(decoder output, per-token log p(y_t | ...) (n·K, T-1), target mask) of one teacher-forced pass;
+    with K attention samples per caption the K copies are adjacent rows."""
+    output = decoder(features, tokens[:, :-1])  # (n·K, T-1, V)
+    targets = tokens[:, 1:].repeat_interleave(output.logits.shape[0] // tokens.shape[0], dim=0)
     mask = (targets != Vocab.pad_id).float()
     token_logp = F.log_softmax(output.logits.float(), -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return output, token_logp, mask
+
+
+def gradient(decoder, attention, features, tokens, params) -> torch.Tensor:
+    output, token_logp, mask = teacher_forced(decoder, features, tokens)
     loss, _ = decoder.auxiliary_loss(output, token_logp.detach(), mask)
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
@@ -70,10 +75,8 @@ def mean_reward(decoder, features, tokens, per_token: bool, passes: int = 5) -> 
     target token (the unit of ``credit="remaining"``'s per-step baseline)."""
     values = []
     for _ in range(passes):
-        output = decoder(features, tokens[:, :-1])
-        targets = tokens[:, 1:].repeat_interleave(output.logits.shape[0] // tokens.shape[0], dim=0)
-        mask = (targets != Vocab.pad_id).float()
-        logp = F.log_softmax(output.logits.float(), -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1) * mask
+        _, logp, mask = teacher_forced(decoder, features, tokens)
+        logp = logp * mask
         values.append(logp.sum() / mask.sum() if per_token else logp.sum(1).mean())
     return torch.stack(values).mean()
 
