@@ -77,9 +77,8 @@ def run(args: argparse.Namespace) -> int:
     out_dir = args.out_dir or default_out_dir(
         args.checkpoint, data_name, cfg.split, evaluation.decoding["num_beams"]
     )
-    print(
-        format_evaluation(evaluation, out_dir / "results.json")
-    )  # the scores first: a bad --out-dir loses none
+    # The scores first: a bad --out-dir loses none of them.
+    print(format_evaluation(evaluation, out_dir / "results.json"))
     for line in evaluation.decoded.skipped:  # unreadable images were left out of the scores
         print(f"captioning evaluate: skipped {line}", file=sys.stderr)
     try:
