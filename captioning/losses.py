@@ -51,5 +51,5 @@ def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder) -> Lo
     xent = -(token_logp * token_mask).sum() / token_mask.sum().clamp_min(1.0)
     alpha_c = decoder.alpha_c  # the decoder's own weight: eq. 14 is a term of its attention
     reg = alpha_c * doubly_stochastic(output.alphas, token_mask).mean() if alpha_c else xent.new_zeros(())
-    aux, logs = decoder.auxiliary_loss(output, token_logp.detach(), token_mask)
+    aux, logs = decoder.auxiliary_loss(output, token_logp.detach(), token_mask, targets)
     return LossTerms(loss=xent + reg + aux, xent=xent, attention_reg=reg, logs=logs)

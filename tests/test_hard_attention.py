@@ -467,3 +467,95 @@ def test_measured_variance_ordering_of_the_estimators():
     assert var["remaining-none"] < var["caption-none"], var
     assert var["remaining-ma"] < var["caption-ma"] < var["caption-none"], var
     assert var["remaining-loo"] < var["remaining-none"], var
+
+
+def cell_rewards_3(s: torch.Tensor) -> torch.Tensor:
+    """(N, 3) locations -> (N, 3, 4) r_t(i): f_tokens with s_t replaced by every cell i, s_{<t} kept."""
+    n = s.shape[0]
+    return torch.stack(
+        [
+            F_STEP[0].expand(n, 4),
+            F_STEP[1].expand(n, 4) + 0.5 * F_STEP[0][s[:, 0]].unsqueeze(1),
+            F_STEP[2].expand(n, 4) - 0.3 * F_STEP[1][s[:, 1]].unsqueeze(1),
+        ],
+        1,
+    )
+
+
+def exact_step_estimates(layer, batches: int, n: int, k: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(2)
+    out = []
+    for _ in range(batches):
+        theta = THETA3.clone().requires_grad_(True)
+        s = torch.stack(
+            [torch.multinomial(torch.softmax(THETA3[t], -1), n * k, True, generator=g) for t in range(3)], 1
+        )
+        log_alpha = torch.log_softmax(theta, -1)  # (3, 4)
+        log_prob = log_alpha.gather(1, s.t()).t()  # (N, 3)
+        alphas = log_alpha.exp().expand(n * k, 3, 4)  # (N, 3, 4) with the graph
+        loss, _ = layer.auxiliary_loss(
+            log_prob,
+            torch.zeros(n * k, 3),
+            f_tokens(s),
+            torch.ones(n * k, 3),
+            alphas=alphas,
+            cell_reward=cell_rewards_3(s),
+        )
+        out.append(-torch.autograd.grad(loss, theta)[0] * 3)
+    return torch.stack(out)
+
+
+def test_cell_rewards_of_the_toy_agree_with_its_rewards_at_the_sampled_cells():
+    s = torch.randint(0, 4, (16, 3))
+    picked = cell_rewards_3(s).gather(2, s.unsqueeze(2)).squeeze(2)  # (N, 3) r_t(s_t)
+    torch.testing.assert_close(picked, f_tokens(s))
+
+
+@pytest.mark.parametrize("baseline,k", [("none", 1), ("moving_average", 1), ("leave_one_out", 4)])
+def test_exact_step_credit_is_unbiased_and_has_the_lowest_variance(baseline, k):
+    layer = reinforce(baseline=baseline, num_samples=k, credit="exact_step")
+    est = exact_step_estimates(layer, batches=300, n=64 // k, k=k)
+    mean, stderr = est.mean(0), est.std(0) / math.sqrt(est.shape[0])
+    # The last step has no later words: its gradient is exact in every batch (stderr ~0, float error only).
+    assert torch.all((mean - exact_gradient_3()).abs() <= 4 * stderr + 1e-5), (mean, exact_gradient_3())
+    assert est[:, 2].std(0).max() < 1e-5
+    sampled = estimates_3(reinforce(baseline=baseline, num_samples=k, credit="remaining"), 300, 64 // k, k)
+    assert est.var(0).sum() < sampled.var(0).sum(), (est.var(0).sum(), sampled.var(0).sum())
+
+
+def test_exact_step_credit_needs_the_cell_rewards():
+    layer = reinforce(credit="exact_step", baseline="none")
+    with pytest.raises(ValueError, match="exact_step.*cell_reward"):
+        layer.auxiliary_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 3))
+
+
+def test_decoder_cell_log_likelihoods_rescore_the_sampled_cell_exactly():
+    """r_t(s_t) from the rerun equals the teacher-forced log p(y_t) of the sampled path; other cells differ;
+    and a loss on it trains the attention scores."""
+    extra = [
+        "model.decoder.attention.credit=exact_step",
+        "model.decoder.attention.baseline=leave_one_out",
+        "model.decoder.attention.semi_sampling_p=0.0",
+        "model.decoder.attention.semi_sampling_final=null",
+        "model.decoder.attention.anneal_steps=0",
+        "model.decoder.dropout=0.0",
+    ]
+    net = build_net("hard_reinforce", 12, extra=extra).train()
+    net.decoder.start_training_batch()
+    assert net.decoder.attention.needs_cell_rewards
+    features, tokens = random_batch(net, batch=3, steps=6, vocab_size=12)
+    inputs, targets = shift_inputs(tokens)
+    out = net.decoder(features, inputs)
+    rows = out.logits.shape[0]  # B·K
+    targets_k = targets.repeat_interleave(rows // targets.shape[0], 0)
+    cell = net.decoder.cell_log_likelihoods(out.aux, targets_k)  # (B·K, T, L)
+    assert cell.shape == (rows, targets.shape[1], features.shape[1])
+    token_logp = torch.log_softmax(out.logits, -1).gather(2, targets_k.unsqueeze(2)).squeeze(2)
+    chosen = out.attention.argmax(-1)  # (B·K, T) the sampled cells (one-hot weights)
+    torch.testing.assert_close(cell.gather(2, chosen.unsqueeze(2)).squeeze(2), token_logp, atol=1e-5, rtol=0)
+    assert cell.std(-1).min() > 0  # the cell matters to the word
+    terms = caption_loss(out, targets, net.decoder)
+    terms.loss.backward()
+    assert net.decoder.attention.score.weight.grad.abs().sum() > 0
+    net.decoder.eval()
+    assert not net.decoder.attention.needs_cell_rewards and "cell_h" not in net.decoder(features, inputs).aux

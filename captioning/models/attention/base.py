@@ -30,6 +30,9 @@ class AttentionOutput:
 class AttentionLayer(nn.Module):
     feature_dim: int
     query_dim: int
+    # True while the layer wants r_t(i) = log p(y_t | s_t = i, s_{<t}) for every cell i passed to
+    # ``auxiliary_loss`` as ``cell_reward`` (REINFORCE with credit="exact_step"); the decoder computes them.
+    needs_cell_rewards: bool = False
 
     def precompute(self, features: Tensor) -> Tensor:
         """Per-image keys, computed once; ``features`` (B, L, D)."""
@@ -53,6 +56,8 @@ class AttentionLayer(nn.Module):
         reward: Tensor,
         token_mask: Tensor,
         value: Tensor | None = None,
+        alphas: Tensor | None = None,
+        cell_reward: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Training terms of stochastic layers (REINFORCE); deterministic layers add nothing."""
         return reward.new_zeros(()), {}

@@ -74,3 +74,29 @@ def leave_one_out_baseline(reward: Tensor, num_samples: int) -> Tensor:
 def moving_average(baseline: Tensor, reward_mean: Tensor, decay: float) -> Tensor:
     """b ← decay·b + (1 − decay)·mean reward (the authors' code uses decay = 0.9)."""
     return decay * baseline + (1.0 - decay) * reward_mean
+
+
+def exact_step_surrogate(alphas: Tensor, cell_reward: Tensor, token_mask: Tensor) -> Tensor:
+    """−Σ_{b,t} Σ_i α_{t,i} · r_t(i): the word-t part of location t's credit, in expectation over s_t exactly.
+
+    Split location t's credit Σ_{u≥t} log p(y_u) (``reward_to_go``) into its own word r_t(s_t) =
+    log p(y_t | s_t, s_{<t}) and the later words. Given s_{<t}, the first part's score-function term has
+    the closed form
+
+        E_{s_t}[ ∂log α_{t,s_t} · r_t(s_t) ] = Σ_i α_{t,i} ∂log α_{t,i} r_t(i) = Σ_i ∂α_{t,i} · r_t(i),
+
+    computable whenever r_t(i) is known for every cell i (the decoder reruns step t with each a_i:
+    ``LSTMDecoder.cell_log_likelihoods``). Using it in place of the sampled term is Rao-Blackwellisation
+    (Casella & Robert 1996): the same expectation, the sampling noise of s_t on its own word gone; only the
+    later words stay on REINFORCE. No baseline is needed: Σ_i ∂α_{t,i} · c = 0 for any c.
+
+    ``alphas`` (B, T, L) with their graph, ``cell_reward`` (B, T, L) r_t(i) (detached here), ``token_mask``
+    (B, T). Summed over captions and steps like ``score_function_surrogate``.
+    """
+    if alphas.shape != cell_reward.shape or alphas.shape[:2] != token_mask.shape:
+        raise ValueError(
+            f"exact_step_surrogate: alphas {tuple(alphas.shape)} and cell_reward {tuple(cell_reward.shape)} "
+            f"must both be (B, T, L), token_mask {tuple(token_mask.shape)} (B, T)"
+        )
+    expected = (alphas * cell_reward.detach()).sum(-1)  # (B, T) Σ_i α_{t,i} r_t(i) = E_{s_t}[r_t]
+    return -(expected * token_mask).sum()

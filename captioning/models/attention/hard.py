@@ -27,6 +27,7 @@ from torch import Tensor
 
 from captioning.models.attention.base import AttentionOutput, attend, entropy_of, masked_softmax, rows_mask
 from captioning.models.attention.estimators import (
+    exact_step_surrogate,
     leave_one_out_baseline,
     moving_average,
     reward_to_go,
@@ -35,7 +36,7 @@ from captioning.models.attention.estimators import (
 from captioning.models.attention.soft import AdditiveAttention
 
 BASELINES = ("none", "moving_average", "length_scaled", "leave_one_out", "learned")
-CREDITS = ("caption", "remaining")
+CREDITS = ("caption", "remaining", "exact_step")
 
 
 def masked_log_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
@@ -159,6 +160,11 @@ class ReinforceHardAttention(HardAttention):
     ``estimators.reward_to_go``). With "remaining" the baselines are per step: none, a moving average
     of the reward per token times the remaining tokens (both moving-average kinds), or the mean r_{·,t} of
     the caption's other K − 1 samples (leave_one_out).
+    ``credit="exact_step"``: "remaining" with location t's own word taken out of the sample: its
+    expectation over s_t is computed exactly from r_t(i) = log p(y_t | s_t = i, s_{<t}) for every cell i
+    (the decoder reruns step t with each a_i, ``needs_cell_rewards``), so the word that location t
+    affects most carries no sampling noise at all; REINFORCE and its baseline cover the words after t
+    (``estimators.exact_step_surrogate``). Unbiased; it costs one extra no-grad pass over L cells a step.
     """
 
     def __init__(
@@ -238,6 +244,10 @@ class ReinforceHardAttention(HardAttention):
         return start + (final - start) * done
 
     @property
+    def needs_cell_rewards(self) -> bool:  # only sampled training batches run an estimator
+        return self.credit == "exact_step" and self.training and self.sample_this_batch
+
+    @property
     def soft_batch_probability(self) -> float:
         return self._annealed(self.semi_sampling_p, self.semi_sampling_final)
 
@@ -292,18 +302,23 @@ class ReinforceHardAttention(HardAttention):
         reward: Tensor,
         token_mask: Tensor,
         value: Tensor | None = None,
+        alphas: Tensor | None = None,
+        cell_reward: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """``log_prob``/``entropy``/``token_mask`` (B, T); ``reward`` (B,) = log p(y | s, a), or (B, T) the
         per-token log p(y_t | ...) whose sum that is (needed by ``credit="remaining"``); detached.
-        ``value`` (B, T): the learned baselines (``baseline="learned"``)."""
+        ``value`` (B, T): the learned baselines (``baseline="learned"``). ``alphas`` (B, T, L) and
+        ``cell_reward`` (B, T, L) r_t(i) for every cell: ``credit="exact_step"``."""
         token_reward = reward.detach() if reward.dim() == 2 else None
         reward = token_reward.mul(token_mask).sum(1) if token_reward is not None else reward.detach()  # (B,)
-        if self.credit == "remaining":
+        if self.credit != "caption":
             if token_reward is None:
                 raise ValueError(
-                    "ReinforceHardAttention(credit='remaining') needs the per-token rewards (B, T)"
+                    f"ReinforceHardAttention(credit={self.credit!r}) needs the per-token rewards (B, T)"
                 )
-            return self._remaining_credit_loss(log_prob, entropy, token_reward, token_mask, value)
+            return self._remaining_credit_loss(
+                log_prob, entropy, token_reward, token_mask, value, alphas, cell_reward
+            )
         lengths = token_mask.sum(1)  # (B,) target tokens per caption
         entropy_mean = per_token_mean(entropy, token_mask)
         logs = {"reward_mean": reward.mean(), "attention_entropy": entropy_mean.detach()}
@@ -359,12 +374,20 @@ class ReinforceHardAttention(HardAttention):
         token_reward: Tensor,
         token_mask: Tensor,
         value: Tensor | None,
+        alphas: Tensor | None = None,
+        cell_reward: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """``credit="remaining"``: every step's advantage r_{b,t} − b_{b,t} (class docstring)."""
-        step_reward = reward_to_go(token_reward, token_mask)  # (B, T)
+        """``credit="remaining"``: every step's advantage r_{b,t} − b_{b,t} (class docstring).
+        ``credit="exact_step"``: the same for the words after t, and location t's own word in closed
+        form over every cell (``estimators.exact_step_surrogate``)."""
+        total = reward_to_go(token_reward, token_mask)  # (B, T) the words from t on
         remaining = token_mask.flip(1).cumsum(1).flip(1) * token_mask  # (B, T) tokens from t on
+        exact = self.credit == "exact_step"
+        # What REINFORCE credits location t with: the words from t on, or after t when word t is exact.
+        step_reward = total - token_reward * token_mask if exact else total  # (B, T)
+        remaining = remaining - token_mask if exact else remaining
         entropy_mean = per_token_mean(entropy, token_mask)
-        logs = {"reward_mean": step_reward[:, 0].mean(), "attention_entropy": entropy_mean.detach()}
+        logs = {"reward_mean": total[:, 0].mean(), "attention_entropy": entropy_mean.detach()}
         if not self.training:
             return token_reward.new_zeros(()), {**logs, "baseline": (self.baseline * remaining[:, 0]).mean()}
         loss = -self.entropy_weight * entropy_mean
@@ -388,9 +411,15 @@ class ReinforceHardAttention(HardAttention):
             baseline = torch.zeros_like(step_reward)
         self.sampled_batches += 1
         advantage = (step_reward - baseline) * token_mask  # (B, T)
-        surrogate = score_function_surrogate(log_prob, advantage, token_mask) / token_mask.sum().clamp_min(
-            1.0
-        )
+        surrogate = score_function_surrogate(log_prob, advantage, token_mask)
+        if exact:
+            if alphas is None or cell_reward is None:
+                raise ValueError(
+                    "ReinforceHardAttention(credit='exact_step') needs alphas and cell_reward (B, T, L) "
+                    "from the decoder"
+                )
+            surrogate = surrogate + exact_step_surrogate(alphas, cell_reward, token_mask)
+        surrogate = surrogate / token_mask.sum().clamp_min(1.0)  # per target token, like the xent
         loss = loss + (surrogate - surrogate.detach())
         return self._finish(loss, logs, fit, baseline, advantage, token_mask)
 
@@ -456,6 +485,8 @@ class GumbelHardAttention(HardAttention):
         reward: Tensor,
         token_mask: Tensor,
         value: Tensor | None = None,
+        alphas: Tensor | None = None,
+        cell_reward: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """No estimator term (gradients flow through the relaxation); optional entropy bonus."""
         entropy_mean = per_token_mean(entropy, token_mask)

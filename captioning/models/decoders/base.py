@@ -52,11 +52,12 @@ class Decoder(nn.Module):
         raise NotImplementedError
 
     def auxiliary_loss(
-        self, output: DecoderOutput, token_logp: Tensor, token_mask: Tensor
+        self, output: DecoderOutput, token_logp: Tensor, token_mask: Tensor, targets: Tensor | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Extra training terms (REINFORCE surrogate, entropy bonus). Zero for deterministic decoders.
 
-        ``token_logp`` (B, T): log p(y_t | ...) of the target tokens; ``token_mask`` (B, T): 1 on real tokens.
+        ``token_logp`` (B, T): log p(y_t | ...) of the target tokens; ``token_mask`` (B, T): 1 on real tokens;
+        ``targets`` (B, T) the target tokens (for rewards that rescore them under other choices).
         """
         return token_logp.new_zeros(()), {}
 
