@@ -38,6 +38,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour scene_accuracy (a script too)
+from scene_accuracy import measure as scene_measure  # noqa: E402
+
+from captioning import Captioner  # noqa: E402
 from captioning.cli.runtime import configure_process  # noqa: E402
 from captioning.inference.evaluation import build_source, evaluate_checkpoint, write_evaluation  # noqa: E402
 from captioning.metrics.coco import METRICS  # noqa: E402
@@ -56,6 +60,8 @@ COLUMNS = {  # row key -> column title
     "objects": "objects right",
     "extra": "extra / image",
     "grounding": "grounding",
+    "objects_alt": "objects right (alt)",
+    "grounding_alt": "grounding (alt)",
 }
 
 
@@ -95,6 +101,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--metrics",
         default=",".join(METRICS),
         help="comma-separated toolkit metrics (default: all; SPICE is skipped where it cannot run)",
+    )
+    parser.add_argument(
+        "--alt-scenes",
+        type=int,
+        default=200,
+        help="synthetic runs: also caption this many scenes of tests/alt_renderer.py, the independently "
+        "written renderer, for the objects / grounding (alt) columns (0 = skip; default: %(default)s)",
     )
     parser.add_argument(
         "--jobs",
@@ -166,6 +179,7 @@ def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dic
         "grounding": evaluation.grounding["grounding"] if evaluation.grounding else None,
         "objects": evaluation.objects["object_accuracy"] if evaluation.objects else None,
         "extra": evaluation.objects["extra_per_image"] if evaluation.objects else None,
+        **(alt_renderer_scores(checkpoint, args) if evaluation.objects else {}),
         "skipped": report.skipped,
         "num_images": report.num_images,
         "decoding": evaluation.decoding,
@@ -173,6 +187,14 @@ def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dic
     }
     done.write_text(json.dumps(row, indent=2) + "\n")
     return row
+
+
+def alt_renderer_scores(checkpoint: str, args: argparse.Namespace) -> dict:
+    """Objects right and grounding on scenes the project's renderer did not draw (none when skipped)."""
+    if args.alt_scenes <= 0:
+        return {}
+    alt = scene_measure(Captioner.from_checkpoint(checkpoint), "alt", args.alt_scenes, args.num_beams)
+    return {"objects_alt": alt["object_accuracy"], "grounding_alt": alt["grounding"]}
 
 
 def _worker_threads(threads: int) -> None:
@@ -233,7 +255,8 @@ def markdown(rows: list[dict], summary: dict, args: argparse.Namespace) -> str:
         lines.append(
             "grounding: fraction of generated object words whose attention peak is inside the named object. "
             "objects right: fraction of scene objects named with size, colour, shape and position all right "
-            "(order-free); extra / image: named objects the scene does not have."
+            "(order-free); extra / image: named objects the scene does not have. (alt): the same on "
+            f"{args.alt_scenes} scenes of tests/alt_renderer.py, a renderer written apart from the project's."
         )
     if first["skipped"]:
         lines.append("Not computed: " + "; ".join(f"{m}: {why}" for m, why in first["skipped"].items()))

@@ -42,7 +42,7 @@ def test_compare_tabulates_mean_and_std_over_seeds(tmp_path, capsys):
     out = tmp_path / "cmp"
     argv = [
         "--decoders", ",".join(PAIR), "--seeds", "0,1", "--allow-few-seeds", "--out-dir", str(out),
-        "--tokenizer", "simple", "--metrics", FAST_METRICS,
+        "--tokenizer", "simple", "--metrics", FAST_METRICS, "--alt-scenes", "6",
         *TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.enable_progress_bar=false",
     ]  # fmt: skip
     assert compare.main(argv) == 0
@@ -56,6 +56,9 @@ def test_compare_tabulates_mean_and_std_over_seeds(tmp_path, capsys):
         assert len(json.loads((run_dir / "results.json").read_text())) == 8  # data.test.num_images
         assert r["train_seconds"] > 0 and r["params"] > 0
         assert r["grounding"] is not None  # synthetic scenes (NaN when no object word was generated)
+    # The alt-renderer columns are scene_accuracy's numbers for the same checkpoint and beam.
+    alt = compare.scene_measure(compare.Captioner.from_checkpoint(out / runs[0]["checkpoint"]), "alt", 6, 3)
+    assert runs[0]["objects_alt"] == alt["object_accuracy"] and 0.0 <= runs[0]["objects_alt"] <= 1.0
 
     rows = table_rows((out / "comparison.md").read_text())
     assert list(rows) == PAIR
@@ -66,7 +69,7 @@ def test_compare_tabulates_mean_and_std_over_seeds(tmp_path, capsys):
             values = [r[key] for r in mine]
             assert rows[decoder][title] == f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
         assert rows[decoder]["trainable params"] == f"{mine[0]['params']:,}"
-        assert "grounding" in rows[decoder]  # synthetic scenes: the grounding column is there
+        assert "grounding" in rows[decoder] and "objects right (alt)" in rows[decoder]  # synthetic scenes
     assert "METEOR" not in rows[PAIR[0]]  # not requested
 
     png = np.asarray(Image.open(out / "comparison.png"))
