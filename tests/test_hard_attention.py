@@ -14,6 +14,7 @@ from torch import nn
 from captioning.cli.main import main
 from captioning.data.synthetic import render_scene
 from captioning.losses import caption_loss
+from captioning.models.attention.base import CellRewards
 from captioning.models.attention.estimators import (
     leave_one_out_baseline,
     moving_average,
@@ -493,13 +494,10 @@ def exact_step_estimates(layer, batches: int, n: int, k: int) -> torch.Tensor:
         log_alpha = torch.log_softmax(theta, -1)  # (3, 4)
         log_prob = log_alpha.gather(1, s.t()).t()  # (N, 3)
         alphas = log_alpha.exp().expand(n * k, 3, 4)  # (N, 3, 4) with the graph
+        index = layer.cells_to_rescore(alphas, s)  # (N, 3, C) what the decoder would rerun
+        cells = CellRewards(index, cell_rewards_3(s).gather(2, index))
         loss, _ = layer.auxiliary_loss(
-            log_prob,
-            torch.zeros(n * k, 3),
-            f_tokens(s),
-            torch.ones(n * k, 3),
-            alphas=alphas,
-            cell_reward=cell_rewards_3(s),
+            log_prob, torch.zeros(n * k, 3), f_tokens(s), torch.ones(n * k, 3), alphas=alphas, cells=cells
         )
         out.append(-torch.autograd.grad(loss, theta)[0] * 3)
     return torch.stack(out)
@@ -511,21 +509,27 @@ def test_cell_rewards_of_the_toy_agree_with_its_rewards_at_the_sampled_cells():
     torch.testing.assert_close(picked, f_tokens(s))
 
 
-@pytest.mark.parametrize("baseline,k", [("none", 1), ("moving_average", 1), ("leave_one_out", 4)])
-def test_exact_step_credit_is_unbiased_and_has_the_lowest_variance(baseline, k):
-    layer = reinforce(baseline=baseline, num_samples=k, credit="exact_step")
+@pytest.mark.parametrize(
+    "baseline,k,cells",
+    [("none", 1, 0), ("moving_average", 1, 0), ("leave_one_out", 4, 0), ("leave_one_out", 4, 2)],
+    ids=["none-all", "ma-all", "loo-all", "loo-top2"],
+)
+def test_exact_step_credit_is_unbiased_and_has_the_lowest_variance(baseline, k, cells):
+    """All 4 cells summed exactly, or the top 2 and the rest by the sample: unbiased either way."""
+    layer = reinforce(baseline=baseline, num_samples=k, credit="exact_step", exact_cells=cells)
     est = exact_step_estimates(layer, batches=300, n=64 // k, k=k)
     mean, stderr = est.mean(0), est.std(0) / math.sqrt(est.shape[0])
     # The last step has no later words: its gradient is exact in every batch (stderr ~0, float error only).
     assert torch.all((mean - exact_gradient_3()).abs() <= 4 * stderr + 1e-5), (mean, exact_gradient_3())
-    assert est[:, 2].std(0).max() < 1e-5
+    if cells == 0:
+        assert est[:, 2].std(0).max() < 1e-5
     sampled = estimates_3(reinforce(baseline=baseline, num_samples=k, credit="remaining"), 300, 64 // k, k)
     assert est.var(0).sum() < sampled.var(0).sum(), (est.var(0).sum(), sampled.var(0).sum())
 
 
 def test_exact_step_credit_needs_the_cell_rewards():
     layer = reinforce(credit="exact_step", baseline="none")
-    with pytest.raises(ValueError, match="exact_step.*cell_reward"):
+    with pytest.raises(ValueError, match="exact_step.*rewards"):
         layer.auxiliary_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 3))
 
 
@@ -548,12 +552,18 @@ def test_decoder_cell_log_likelihoods_rescore_the_sampled_cell_exactly():
     out = net.decoder(features, inputs)
     rows = out.logits.shape[0]  # B·K
     targets_k = targets.repeat_interleave(rows // targets.shape[0], 0)
-    cell = net.decoder.cell_log_likelihoods(out.aux, targets_k)  # (B·K, T, L)
-    assert cell.shape == (rows, targets.shape[1], features.shape[1])
-    token_logp = torch.log_softmax(out.logits, -1).gather(2, targets_k.unsqueeze(2)).squeeze(2)
     chosen = out.attention.argmax(-1)  # (B·K, T) the sampled cells (one-hot weights)
-    torch.testing.assert_close(cell.gather(2, chosen.unsqueeze(2)).squeeze(2), token_logp, atol=1e-5, rtol=0)
+    every = torch.arange(features.shape[1]).expand(rows, targets.shape[1], -1)  # (B·K, T, L)
+    index = torch.cat([every, chosen.unsqueeze(-1)], -1)  # every cell, then the sampled one
+    cell = net.decoder.cell_log_likelihoods(out.aux, targets_k, index)  # (B·K, T, L + 1)
+    assert cell.shape == (rows, targets.shape[1], features.shape[1] + 1)
+    token_logp = torch.log_softmax(out.logits, -1).gather(2, targets_k.unsqueeze(2)).squeeze(2)
+    torch.testing.assert_close(cell[..., -1], token_logp, atol=1e-5, rtol=0)  # the sampled path's own
+    torch.testing.assert_close(cell[..., :-1].gather(2, chosen.unsqueeze(2)).squeeze(2), token_logp)
     assert cell.std(-1).min() > 0  # the cell matters to the word
+    top = net.decoder.attention.cells_to_rescore(out.alphas, chosen)  # the default: 16 cells (of L) + s_t
+    assert top.shape == (rows, targets.shape[1], min(16, features.shape[1]) + 1)
+    torch.testing.assert_close(net.decoder.cell_log_likelihoods(out.aux, targets_k, top), cell.gather(2, top))
     terms = caption_loss(out, targets, net.decoder)
     terms.loss.backward()
     assert net.decoder.attention.score.weight.grad.abs().sum() > 0

@@ -27,11 +27,20 @@ class AttentionOutput:
     value: Tensor | None = None  # (B,) a learned baseline b(h_{t-1}) of the location choice (REINFORCE)
 
 
+@dataclass
+class CellRewards:
+    """r_t(i) = log p(y_t | s_t = i, s_{<t}) for a few cells i of every step (REINFORCE credit="exact_step"):
+    the C − 1 cells the layer asked for (``ReinforceHardAttention.cells_to_rescore``), then the sampled one."""
+
+    index: Tensor  # (B, T, C) cell indices; the last column is the sampled s_t
+    reward: Tensor  # (B, T, C) their log-likelihoods of word t, detached
+
+
 class AttentionLayer(nn.Module):
     feature_dim: int
     query_dim: int
-    # True while the layer wants r_t(i) = log p(y_t | s_t = i, s_{<t}) for every cell i passed to
-    # ``auxiliary_loss`` as ``cell_reward`` (REINFORCE with credit="exact_step"); the decoder computes them.
+    # True while the layer wants r_t(i) = log p(y_t | s_t = i, s_{<t}) for some cells i passed to
+    # ``auxiliary_loss`` as ``cells`` (REINFORCE with credit="exact_step"); the decoder computes them.
     needs_cell_rewards: bool = False
 
     def precompute(self, features: Tensor) -> Tensor:
@@ -57,7 +66,7 @@ class AttentionLayer(nn.Module):
         token_mask: Tensor,
         value: Tensor | None = None,
         alphas: Tensor | None = None,
-        cell_reward: Tensor | None = None,
+        cells: CellRewards | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Training terms of stochastic layers (REINFORCE); deterministic layers add nothing."""
         return reward.new_zeros(()), {}

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from captioning.models.attention.base import CellRewards
+
 
 def score_function_surrogate(log_prob: Tensor, advantage: Tensor, token_mask: Tensor) -> Tensor:
     """−Σ advantage · log p(s_t) over captions and steps, padded steps excluded (summed, not averaged).
@@ -76,27 +78,43 @@ def moving_average(baseline: Tensor, reward_mean: Tensor, decay: float) -> Tenso
     return decay * baseline + (1.0 - decay) * reward_mean
 
 
-def exact_step_surrogate(alphas: Tensor, cell_reward: Tensor, token_mask: Tensor) -> Tensor:
-    """−Σ_{b,t} Σ_i α_{t,i} · r_t(i): the word-t part of location t's credit, in expectation over s_t exactly.
+
+def exact_step_surrogate(alphas: Tensor, log_prob: Tensor, cells: CellRewards, token_mask: Tensor) -> Tensor:
+    """−Σ_{b,t} [word t's part of location t's score-function term, summed exactly over the rescored cells].
 
     Split location t's credit Σ_{u≥t} log p(y_u) (``reward_to_go``) into its own word r_t(s_t) =
-    log p(y_t | s_t, s_{<t}) and the later words. Given s_{<t}, the first part's score-function term has
-    the closed form
+    log p(y_t | s_t, s_{<t}) and the later words. Given s_{<t}, the first part's term has the closed form
 
         E_{s_t}[ ∂log α_{t,s_t} · r_t(s_t) ] = Σ_i α_{t,i} ∂log α_{t,i} r_t(i) = Σ_i ∂α_{t,i} · r_t(i),
 
-    computable whenever r_t(i) is known for every cell i (the decoder reruns step t with each a_i:
-    ``LSTMDecoder.cell_log_likelihoods``). Using it in place of the sampled term is Rao-Blackwellisation
-    (Casella & Robert 1996): the same expectation, the sampling noise of s_t on its own word gone; only the
-    later words stay on REINFORCE. No baseline is needed: Σ_i ∂α_{t,i} · c = 0 for any c.
+    computable wherever r_t(i) is known (the decoder reruns step t with a_i in place of the sampled cell:
+    ``LSTMDecoder.cell_log_likelihoods``). Rerunning all L cells costs L LSTM steps, so the sum runs
+    exactly over a set S_t of likely cells (the top α, chosen before s_t is drawn) and the rest by the
+    one sample ("sum and sample", Liu et al. 2019, "Rao-Blackwellized stochastic gradients for discrete
+    distributions"):
 
-    ``alphas`` (B, T, L) with their graph, ``cell_reward`` (B, T, L) r_t(i) (detached here), ``token_mask``
-    (B, T). Summed over captions and steps like ``score_function_surrogate``.
+        Σ_{i∈S} ∂α_i (r_i − c)  +  1[s_t ∉ S] · ∂log α_{s_t} (r_{s_t} − c),     E[·] = Σ_i ∂α_i r_i
+
+    because E[1[s ∉ S] ∂log α_s (r_s − c)] = Σ_{i∉S} ∂α_i (r_i − c) and Σ_i ∂α_i c = 0 for any c that
+    does not depend on s_t (here the α-weighted mean of r over S). With S every cell the sampling noise
+    of s_t on its own word is gone entirely (Rao-Blackwellisation); the later words stay on REINFORCE.
+
+    ``alphas`` (B, T, L) with their graph, ``log_prob`` (B, T) log α_{t,s_t} with its graph, ``cells``:
+    ``index``/``reward`` (B, T, C), the C − 1 cells of S then the sampled one. Summed over captions and
+    steps like ``score_function_surrogate``.
     """
-    if alphas.shape != cell_reward.shape or alphas.shape[:2] != token_mask.shape:
+    index, reward = cells.index, cells.reward.detach()
+    if alphas.shape[:2] != token_mask.shape or index.shape != reward.shape or index.shape[:2] != log_prob.shape:
         raise ValueError(
-            f"exact_step_surrogate: alphas {tuple(alphas.shape)} and cell_reward {tuple(cell_reward.shape)} "
-            f"must both be (B, T, L), token_mask {tuple(token_mask.shape)} (B, T)"
+            f"exact_step_surrogate: alphas {tuple(alphas.shape)} (B, T, L), log_prob {tuple(log_prob.shape)} "
+            f"and token_mask {tuple(token_mask.shape)} (B, T), cells {tuple(index.shape)} (B, T, C)"
         )
-    expected = (alphas * cell_reward.detach()).sum(-1)  # (B, T) Σ_i α_{t,i} r_t(i) = E_{s_t}[r_t]
-    return -(expected * token_mask).sum()
+    top_index, top_reward = index[..., :-1], reward[..., :-1]  # (B, T, C−1) the set S
+    chosen, chosen_reward = index[..., -1], reward[..., -1]  # (B, T) s_t and r_t(s_t)
+    top_alpha = alphas.gather(-1, top_index)  # (B, T, C−1) with the graph
+    weight = top_alpha.detach()
+    c = (weight * top_reward).sum(-1) / weight.sum(-1).clamp_min(1e-12)  # (B, T) does not depend on s_t
+    exact = (top_alpha * (top_reward - c.unsqueeze(-1))).sum(-1)  # (B, T) Σ_{i∈S} α_i (r_i − c)
+    outside = (top_index != chosen.unsqueeze(-1)).all(-1).to(log_prob.dtype)  # (B, T) 1[s_t ∉ S]
+    sampled = outside * log_prob * (chosen_reward - c)  # (B, T)
+    return -((exact + sampled) * token_mask).sum()

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from captioning.models.attention.base import AttentionOutput, attend, entropy_of, masked_softmax, rows_mask
+from captioning.models.attention.base import AttentionOutput, CellRewards, attend, entropy_of, masked_softmax, rows_mask
 from captioning.models.attention.estimators import (
     exact_step_surrogate,
     leave_one_out_baseline,
@@ -161,10 +161,12 @@ class ReinforceHardAttention(HardAttention):
     of the reward per token times the remaining tokens (both moving-average kinds), or the mean r_{·,t} of
     the caption's other K − 1 samples (leave_one_out).
     ``credit="exact_step"``: "remaining" with location t's own word taken out of the sample: its
-    expectation over s_t is computed exactly from r_t(i) = log p(y_t | s_t = i, s_{<t}) for every cell i
-    (the decoder reruns step t with each a_i, ``needs_cell_rewards``), so the word that location t
-    affects most carries no sampling noise at all; REINFORCE and its baseline cover the words after t
-    (``estimators.exact_step_surrogate``). Unbiased; it costs one extra no-grad pass over L cells a step.
+    expectation over s_t is summed exactly from r_t(i) = log p(y_t | s_t = i, s_{<t}) over the
+    ``exact_cells`` most likely cells (0 = all L), the rest through the one sample (the decoder reruns
+    step t with each such a_i, ``needs_cell_rewards`` / ``cells_to_rescore``), so the word location t
+    affects most carries little or no sampling noise; REINFORCE and its baseline cover the words after t
+    (``estimators.exact_step_surrogate``). Unbiased for any ``exact_cells``; it costs a no-grad LSTM step
+    and deep output over exact_cells + 1 cells per step.
     """
 
     def __init__(
@@ -183,8 +185,12 @@ class ReinforceHardAttention(HardAttention):
         entropy_weight_final: float | None = None,
         anneal_steps: int = 0,
         value_weight: float = 1.0,
+        exact_cells: int = 16,
     ):
         super().__init__(feature_dim, query_dim, attention_dim, sample_at_inference)
+        if exact_cells < 0:
+            raise ValueError(f"ReinforceHardAttention: exact_cells={exact_cells} must be >= 0 (0 = every cell)")
+        self.exact_cells = exact_cells
         if semi_sampling_final is not None and not 0.0 <= semi_sampling_final <= 1.0:
             raise ValueError(
                 f"ReinforceHardAttention: semi_sampling_final={semi_sampling_final} must be in [0, 1]"
@@ -247,6 +253,14 @@ class ReinforceHardAttention(HardAttention):
     def needs_cell_rewards(self) -> bool:  # only sampled training batches run an estimator
         return self.credit == "exact_step" and self.training and self.sample_this_batch
 
+    def cells_to_rescore(self, alphas: Tensor, chosen: Tensor) -> Tensor:
+        """(B, T, C) cells whose word-t likelihood the decoder computes for ``credit="exact_step"``: the
+        ``exact_cells`` most likely under α_t (all L when 0), chosen before s_t, then the sampled s_t."""
+        n_loc = alphas.shape[-1]
+        k = n_loc if self.exact_cells == 0 else min(self.exact_cells, n_loc)
+        top = alphas.detach().topk(k, dim=-1).indices  # (B, T, k)
+        return torch.cat([top, chosen.unsqueeze(-1)], dim=-1)  # (B, T, k + 1)
+
     @property
     def soft_batch_probability(self) -> float:
         return self._annealed(self.semi_sampling_p, self.semi_sampling_final)
@@ -303,12 +317,12 @@ class ReinforceHardAttention(HardAttention):
         token_mask: Tensor,
         value: Tensor | None = None,
         alphas: Tensor | None = None,
-        cell_reward: Tensor | None = None,
+        cells: CellRewards | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """``log_prob``/``entropy``/``token_mask`` (B, T); ``reward`` (B,) = log p(y | s, a), or (B, T) the
         per-token log p(y_t | ...) whose sum that is (needed by ``credit="remaining"``); detached.
         ``value`` (B, T): the learned baselines (``baseline="learned"``). ``alphas`` (B, T, L) and
-        ``cell_reward`` (B, T, L) r_t(i) for every cell: ``credit="exact_step"``."""
+        ``cells`` (the rewards of the cells ``cells_to_rescore`` named): ``credit="exact_step"``."""
         token_reward = reward.detach() if reward.dim() == 2 else None
         reward = token_reward.mul(token_mask).sum(1) if token_reward is not None else reward.detach()  # (B,)
         if self.credit != "caption":
@@ -317,7 +331,7 @@ class ReinforceHardAttention(HardAttention):
                     f"ReinforceHardAttention(credit={self.credit!r}) needs the per-token rewards (B, T)"
                 )
             return self._remaining_credit_loss(
-                log_prob, entropy, token_reward, token_mask, value, alphas, cell_reward
+                log_prob, entropy, token_reward, token_mask, value, alphas, cells
             )
         lengths = token_mask.sum(1)  # (B,) target tokens per caption
         entropy_mean = per_token_mean(entropy, token_mask)
@@ -375,7 +389,7 @@ class ReinforceHardAttention(HardAttention):
         token_mask: Tensor,
         value: Tensor | None,
         alphas: Tensor | None = None,
-        cell_reward: Tensor | None = None,
+        cells: CellRewards | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """``credit="remaining"``: every step's advantage r_{b,t} − b_{b,t} (class docstring).
         ``credit="exact_step"``: the same for the words after t, and location t's own word in closed
@@ -413,12 +427,12 @@ class ReinforceHardAttention(HardAttention):
         advantage = (step_reward - baseline) * token_mask  # (B, T)
         surrogate = score_function_surrogate(log_prob, advantage, token_mask)
         if exact:
-            if alphas is None or cell_reward is None:
+            if alphas is None or cells is None:
                 raise ValueError(
-                    "ReinforceHardAttention(credit='exact_step') needs alphas and cell_reward (B, T, L) "
-                    "from the decoder"
+                    "ReinforceHardAttention(credit='exact_step') needs alphas (B, T, L) and the cells' "
+                    "rewards from the decoder"
                 )
-            surrogate = surrogate + exact_step_surrogate(alphas, cell_reward, token_mask)
+            surrogate = surrogate + exact_step_surrogate(alphas, log_prob, cells, token_mask)
         surrogate = surrogate / token_mask.sum().clamp_min(1.0)  # per target token, like the xent
         loss = loss + (surrogate - surrogate.detach())
         return self._finish(loss, logs, fit, baseline, advantage, token_mask)
@@ -486,7 +500,7 @@ class GumbelHardAttention(HardAttention):
         token_mask: Tensor,
         value: Tensor | None = None,
         alphas: Tensor | None = None,
-        cell_reward: Tensor | None = None,
+        cells: CellRewards | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """No estimator term (gradients flow through the relaxation); optional entropy bonus."""
         entropy_mean = per_token_mean(entropy, token_mask)

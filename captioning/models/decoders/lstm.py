@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from captioning.models.attention.base import AttentionLayer, AttentionOutput
+from captioning.models.attention.base import AttentionLayer, AttentionOutput, CellRewards
 from captioning.models.decoders.base import Decoder, DecoderOutput, State, as_state_mask
 from captioning.models.position import sinusoidal_2d, square_grid_side
 from captioning.models.recurrent_linear import recurrent_linear
@@ -176,7 +176,7 @@ class LSTMDecoder(Decoder):
             aux["cell_h"] = torch.stack([h for h, _ in before[:-1]], 1).detach()  # (B, T, H) h_{t-1}
             aux["cell_c"] = torch.stack([c for _, c in before[:-1]], 1).detach()  # (B, T, H) c_{t-1}
             aux["cell_emb"] = emb.detach()  # (B, T, E) E y_{t-1}
-            aux["cell_grid"] = state["features"].detach()  # (B, L, D')
+            aux["cell_grid"] = state["features"][::k].detach()  # (B, L, D') one copy per image
         return DecoderOutput(
             logits=logits, attention=torch.stack(weights, 1), alphas=torch.stack(alphas, 1), aux=aux
         )
@@ -188,42 +188,48 @@ class LSTMDecoder(Decoder):
             start()
 
     @torch.no_grad()
-    def cell_log_likelihoods(self, aux: dict[str, Tensor], targets: Tensor) -> Tensor:
-        """(B, T, L) r_t(i) = log p(y_t | s_t = i, s_{<t}): step t rerun from its recorded state (h_{t-1},
-        c_{t-1}, E y_{t-1}) with every cell's context a_i in place of the chosen one (eq. 1-3 and 7).
+    def cell_log_likelihoods(self, aux: dict[str, Tensor], targets: Tensor, index: Tensor) -> Tensor:
+        """(B, T, C) r_t(i) = log p(y_t | s_t = i, s_{<t}) for the cells ``index`` (B, T, C): step t rerun
+        from its recorded state (h_{t-1}, c_{t-1}, E y_{t-1}) with a_i in place of the chosen context.
 
-        The context enters the gates and the deep output linearly, and β_t depends on h_{t-1} only, so
-        the grid's share of both is one matmul per image; each step then costs a (B, L, H) LSTM update and
-        a (B, L, V) output. Without dropout: a reward for the location policy, not a training loss."""
+        The context enters the gates and the deep output linearly and β_t depends on h_{t-1} only, so the
+        grid's share of both is one matmul per image; each step then costs a (B, C, H) LSTM update and a
+        (B, C, V) output. Without dropout: a reward for the location policy, not a training loss."""
         grid, h_prev, c_prev, emb = aux["cell_grid"], aux["cell_h"], aux["cell_c"], aux["cell_emb"]
+        images, n_loc = grid.shape[:2]
         w_z, w_h = self.gates_rec.weight.split([self.grid_dim, self.hidden_dim], dim=1)  # (4H, D'), (4H, H)
-        grid_gates = grid @ w_z.t()  # (B, L, 4H) T's context columns applied to every a_i
-        grid_out = self.out_z(grid)  # (B, L, E) L_z a_i (no bias)
-        shared = self.gates_emb(emb) + h_prev @ w_h.t()  # (B, T, 4H) the part that does not depend on s_t
-        n_loc = grid.shape[1]
+        # Per image, not per row: with K samples per caption the K rows of an image share its grid.
+        grid_gates = (grid @ w_z.t()).flatten(0, 1)  # (B·L, 4H) T's context columns applied to every a_i
+        grid_out = self.out_z(grid).flatten(0, 1)  # (B·L, E) L_z a_i (no bias)
+        shared = self.gates_emb(emb) + h_prev @ w_h.t()  # (B·K, T, 4H) the part that does not depend on s_t
+        image_of_row = torch.arange(h_prev.shape[0], device=grid.device) // (h_prev.shape[0] // images)
+        flat = image_of_row.view(-1, 1, 1) * n_loc + index  # (B·K, T, C) rows of the flattened grids
         rows = []
         for t in range(targets.shape[1]):
-            h, c = h_prev[:, t], c_prev[:, t]  # (B, H) the state step t started from
-            beta = torch.sigmoid(self.gate(h)).unsqueeze(1) if self.gate is not None else 1.0  # (B, 1, 1)
-            gates = shared[:, t].unsqueeze(1) + beta * grid_gates  # (B, L, 4H)
-            i, f, g, o = gates.chunk(4, dim=-1)  # each (B, L, H)
-            c_all = torch.sigmoid(f) * c.unsqueeze(1) + torch.sigmoid(i) * torch.tanh(g)  # (B, L, H)
-            h_all = torch.sigmoid(o) * torch.tanh(c_all)  # (B, L, H) h_t had s_t been cell i
-            logits = self.out(torch.tanh(emb[:, t].unsqueeze(1) + self.out_h(h_all) + beta * grid_out))
-            target = targets[:, t].view(-1, 1, 1).expand(-1, n_loc, 1)  # (B, L, 1)
-            rows.append(logits.float().log_softmax(-1).gather(-1, target).squeeze(-1))  # (B, L)
-        return torch.stack(rows, 1)  # (B, T, L)
+            cells = flat[:, t]  # (B·K, C)
+            h, c = h_prev[:, t], c_prev[:, t]  # (B·K, H) the state step t started from
+            beta = torch.sigmoid(self.gate(h)).unsqueeze(1) if self.gate is not None else 1.0  # (B·K, 1, 1)
+            gates = shared[:, t].unsqueeze(1) + beta * grid_gates[cells]  # (B·K, C, 4H)
+            i, f, g, o = gates.chunk(4, dim=-1)  # each (B, C, H)
+            c_all = torch.sigmoid(f) * c.unsqueeze(1) + torch.sigmoid(i) * torch.tanh(g)  # (B, C, H)
+            h_all = torch.sigmoid(o) * torch.tanh(c_all)  # (B, C, H) h_t had s_t been cell i
+            logits = self.out(torch.tanh(emb[:, t].unsqueeze(1) + self.out_h(h_all) + beta * grid_out[cells]))
+            target = targets[:, t].view(-1, 1, 1).expand(-1, cells.shape[1], 1)  # (B, C, 1)
+            rows.append(logits.float().log_softmax(-1).gather(-1, target).squeeze(-1))  # (B, C)
+        return torch.stack(rows, 1)  # (B, T, C)
 
     def auxiliary_loss(
         self, output: DecoderOutput, token_logp: Tensor, token_mask: Tensor, targets: Tensor | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         if "location_log_prob" not in output.aux:
             return token_logp.new_zeros(()), {}
-        cell_reward = None
+        cells = None
         if "cell_h" in output.aux:
             if targets is None:
                 raise ValueError("LSTMDecoder.auxiliary_loss: credit='exact_step' needs the targets (B, T)")
-            cell_reward = self.cell_log_likelihoods(output.aux, targets)  # (B, T, L)
+            chosen = output.attention.argmax(-1)  # (B, T) the sampled cells (one-hot rows)
+            index = self.attention.cells_to_rescore(output.alphas, chosen)  # (B, T, C)
+            cells = CellRewards(index, self.cell_log_likelihoods(output.aux, targets, index))
         # (B, T) log p(y_t | ...): their sum is the reward log p(y | s, a) of Xu et al. eq. 10; a layer may
         # credit each location with part of it (ReinforceHardAttention(credit="remaining")).
         return self.attention.auxiliary_loss(
@@ -233,5 +239,5 @@ class LSTMDecoder(Decoder):
             token_mask,
             output.aux.get("location_value"),
             output.alphas,
-            cell_reward,
+            cells,
         )
