@@ -78,7 +78,6 @@ def moving_average(baseline: Tensor, reward_mean: Tensor, decay: float) -> Tenso
     return decay * baseline + (1.0 - decay) * reward_mean
 
 
-
 def exact_step_surrogate(alphas: Tensor, log_prob: Tensor, cells: CellRewards, token_mask: Tensor) -> Tensor:
     """−Σ_{b,t} [word t's part of location t's score-function term, summed exactly over the rescored cells].
 
@@ -104,7 +103,11 @@ def exact_step_surrogate(alphas: Tensor, log_prob: Tensor, cells: CellRewards, t
     steps like ``score_function_surrogate``.
     """
     index, reward = cells.index, cells.reward.detach()
-    if alphas.shape[:2] != token_mask.shape or index.shape != reward.shape or index.shape[:2] != log_prob.shape:
+    if (
+        alphas.shape[:2] != token_mask.shape
+        or index.shape != reward.shape
+        or index.shape[:2] != log_prob.shape
+    ):
         raise ValueError(
             f"exact_step_surrogate: alphas {tuple(alphas.shape)} (B, T, L), log_prob {tuple(log_prob.shape)} "
             f"and token_mask {tuple(token_mask.shape)} (B, T), cells {tuple(index.shape)} (B, T, C)"

@@ -25,7 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from captioning.models.attention.base import AttentionOutput, CellRewards, attend, entropy_of, masked_softmax, rows_mask
+from captioning.models.attention.base import (
+    AttentionOutput,
+    CellRewards,
+    attend,
+    entropy_of,
+    masked_softmax,
+    rows_mask,
+)
 from captioning.models.attention.estimators import (
     exact_step_surrogate,
     leave_one_out_baseline,
@@ -189,7 +196,9 @@ class ReinforceHardAttention(HardAttention):
     ):
         super().__init__(feature_dim, query_dim, attention_dim, sample_at_inference)
         if exact_cells < 0:
-            raise ValueError(f"ReinforceHardAttention: exact_cells={exact_cells} must be >= 0 (0 = every cell)")
+            raise ValueError(
+                f"ReinforceHardAttention: exact_cells={exact_cells} must be >= 0 (0 = every cell)"
+            )
         self.exact_cells = exact_cells
         if semi_sampling_final is not None and not 0.0 <= semi_sampling_final <= 1.0:
             raise ValueError(
