@@ -85,8 +85,12 @@ class TransformerDecoder(Decoder):
         use_cache: bool = True,
         attention_layer: int = -1,
         attention_head: int | None = None,
+        position_dim: int = 0,
     ):
-        """``embed_dim`` is the model width D, ``hidden_dim`` the feed-forward width."""
+        """``embed_dim`` is the model width D, ``hidden_dim`` the feed-forward width. ``position_dim`` P:
+        0 adds a D-wide 2-D sinusoid code to the projected grid (Vaswani/DETR style); P > 0 concatenates
+        a P-wide one to every cell before the projection, [a_i; PE_i] as the LSTM decoder reads the grid,
+        so the projection learns how much "where" weighs against "what"."""
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(
@@ -108,7 +112,12 @@ class TransformerDecoder(Decoder):
         self.attention_layer, self.attention_head = attention_layer % num_layers, attention_head
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         nn.init.normal_(self.embedding.weight, std=embed_dim**-0.5)  # unit scale after the √D factor
-        self.memory_proj = nn.Linear(feature_dim, embed_dim)
+        if position_dim < 0 or position_dim % 4:
+            raise ValueError(
+                f"TransformerDecoder: position_dim={position_dim} must be 0 or a positive multiple of 4"
+            )
+        self.position_dim = position_dim
+        self.memory_proj = nn.Linear(feature_dim + position_dim, embed_dim)
         self.memory_norm = nn.LayerNorm(embed_dim)
         self.layers = nn.ModuleList(
             DecoderLayer(embed_dim, num_heads, hidden_dim, dropout) for _ in range(num_layers)
@@ -126,6 +135,10 @@ class TransformerDecoder(Decoder):
     def encode_memory(self, features: Tensor) -> Tensor:
         """The grid (B, L, F) in model width with 2-D positions -> (B, L, D)."""
         side = square_grid_side(features.shape[1])
+        if self.position_dim:
+            pos = sinusoidal_2d(side, side, self.position_dim, features.device).to(features.dtype)  # (L, P)
+            grid = torch.cat([features, pos.expand(features.shape[0], -1, -1)], dim=-1)  # (B, L, F + P)
+            return self.memory_norm(self.memory_proj(grid))
         pos = sinusoidal_2d(side, side, self.embed_dim, features.device)  # (L, D)
         return self.memory_norm(self.memory_proj(features) + pos)
 
