@@ -77,6 +77,25 @@ def test_lstm_reads_each_location_with_a_fixed_2d_position_code(decoder):
     assert dec.attention.feature_dim == dec.grid_dim == dec.feature_dim + dec.position_dim
 
 
+@pytest.mark.parametrize("position_dim", [0, 32])
+def test_transformer_memory_reads_the_grid_with_a_2d_position_code(position_dim):
+    """position_dim 0: LN(W a + PE_D); P > 0: LN(W [a; PE_P]), the LSTM's reading; both decode the same
+    way step by step as in teacher forcing."""
+    net = build_net("transformer", V, extra=[f"model.decoder.position_dim={position_dim}"]).eval()
+    dec = net.decoder
+    features, tokens = random_batch(net, batch=2, steps=5, vocab_size=V)
+    side = int(features.shape[1] ** 0.5)
+    if position_dim:
+        code = sinusoidal_2d(side, side, position_dim).expand(2, -1, -1)  # (B, L, P)
+        expected = dec.memory_norm(dec.memory_proj(torch.cat([features, code], -1)))
+    else:
+        expected = dec.memory_norm(dec.memory_proj(features) + sinusoidal_2d(side, side, dec.embed_dim))
+    torch.testing.assert_close(dec.encode_memory(features), expected)
+    assert dec.memory_proj.in_features == dec.feature_dim + position_dim
+    with torch.no_grad():
+        assert_step_matches_forward(dec, features, tokens, dec(features, tokens))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("decoder", ["soft", "transformer"])
 def test_compiled_step_computes_the_same_gradients_and_captions(decoder):
