@@ -35,6 +35,8 @@ ESTIMATORS = {  # name -> (credit, baseline, K samples per caption)
     "remaining words, no baseline": ("remaining", "none", 1),
     "remaining words, moving average": ("remaining", "moving_average", 1),
     "remaining words, leave-one-out K=4": ("remaining", "leave_one_out", 4),
+    "exact word t + remaining, leave-one-out K=2": ("exact_step", "leave_one_out", 2),
+    "exact word t + remaining, leave-one-out K=4": ("exact_step", "leave_one_out", 4),
 }
 
 
@@ -53,18 +55,18 @@ def batch(model, root: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def teacher_forced(decoder, features, tokens):
-    """(decoder output, per-token log p(y_t | ...) (n·K, T-1), target mask) of one teacher-forced pass;
-    with K attention samples per caption the K copies are adjacent rows."""
+    """(decoder output, per-token log p(y_t | ...) (n·K, T-1), target mask, targets) of one teacher-forced
+    pass; with K attention samples per caption the K copies are adjacent rows."""
     output = decoder(features, tokens[:, :-1])  # (n·K, T-1, V)
     targets = tokens[:, 1:].repeat_interleave(output.logits.shape[0] // tokens.shape[0], dim=0)
     mask = (targets != Vocab.pad_id).float()
     token_logp = F.log_softmax(output.logits.float(), -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return output, token_logp, mask
+    return output, token_logp, mask, targets
 
 
 def gradient(decoder, attention, features, tokens, params) -> torch.Tensor:
-    output, token_logp, mask = teacher_forced(decoder, features, tokens)
-    loss, _ = decoder.auxiliary_loss(output, token_logp.detach(), mask)
+    output, token_logp, mask, targets = teacher_forced(decoder, features, tokens)
+    loss, _ = decoder.auxiliary_loss(output, token_logp.detach(), mask, targets)
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten() for g, p in zip(grads, params)])
 
@@ -75,7 +77,7 @@ def mean_reward(decoder, features, tokens, per_token: bool, passes: int = 5) -> 
     target token (the unit of ``credit="remaining"``'s per-step baseline)."""
     values = []
     for _ in range(passes):
-        _, logp, mask = teacher_forced(decoder, features, tokens)
+        _, logp, mask, _ = teacher_forced(decoder, features, tokens)
         logp = logp * mask
         values.append(logp.sum() / mask.sum() if per_token else logp.sum(1).mean())
     return torch.stack(values).mean()
