@@ -121,3 +121,23 @@ def exact_step_surrogate(alphas: Tensor, log_prob: Tensor, cells: CellRewards, t
     outside = (top_index != chosen.unsqueeze(-1)).all(-1).to(log_prob.dtype)  # (B, T) 1[s_t ∉ S]
     sampled = outside * log_prob * (chosen_reward - c)  # (B, T)
     return -((exact + sampled) * token_mask).sum()
+
+
+def exact_step_pathwise(alphas: Tensor, cells: CellRewards, token_mask: Tensor) -> Tensor:
+    """−Σ_{b,t} [Σ_{i∈S} α_{t,i} r_t(i) − 1[s_t ∈ S] r_t(s_t)]: the cross-entropy's word-t gradient with the
+    sampled cell's part replaced by its expectation over s_t, for the decoder and the encoder.
+
+    The cross-entropy differentiates log p(y_t | s_t, ...) at the one sampled cell: an estimate of
+    E_{s_t}[∂r_t(s_t)] = Σ_i α_{t,i} ∂r_t(i). For any differentiable f(i) (here r_t(i) rerun from the
+    detached state before step t, so only the step's own weights and the cells' features carry
+    gradients), E_{s_t}[Σ_{i∈S} α_i ∂f(i) + 1[s_t ∉ S] ∂f(s_t) − ∂f(s_t)] = 0, so adding this term (α
+    detached) keeps the gradient's expectation and swaps the sampled cell's local gradient for the
+    α-weighted one over S, plus the sample outside S: every likely cell's features learn from the word,
+    as under soft attention, while the forward pass stays hard. ``cells.reward`` must carry its graph.
+    """
+    top_index, top_reward = cells.index[..., :-1], cells.reward[..., :-1]  # (B, T, C−1)
+    chosen, chosen_reward = cells.index[..., -1], cells.reward[..., -1]  # (B, T)
+    weight = alphas.detach().gather(-1, top_index)  # (B, T, C−1)
+    inside = (top_index == chosen.unsqueeze(-1)).any(-1).to(chosen_reward.dtype)  # (B, T) 1[s_t ∈ S]
+    correction = (weight * top_reward).sum(-1) - inside * chosen_reward  # (B, T), zero in expectation
+    return -(correction * token_mask).sum()

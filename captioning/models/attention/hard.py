@@ -34,6 +34,7 @@ from captioning.models.attention.base import (
     rows_mask,
 )
 from captioning.models.attention.estimators import (
+    exact_step_pathwise,
     exact_step_surrogate,
     leave_one_out_baseline,
     moving_average,
@@ -442,6 +443,8 @@ class ReinforceHardAttention(HardAttention):
                     "rewards from the decoder"
                 )
             surrogate = surrogate + exact_step_surrogate(alphas, log_prob, cells, token_mask)
+            if cells.reward.requires_grad:  # the decoder's word-t gradient over S too (a control variate)
+                surrogate = surrogate + exact_step_pathwise(alphas, cells, token_mask)
         surrogate = surrogate / token_mask.sum().clamp_min(1.0)  # per target token, like the xent
         loss = loss + (surrogate - surrogate.detach())
         return self._finish(loss, logs, fit, baseline, advantage, token_mask)

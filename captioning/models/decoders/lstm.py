@@ -172,11 +172,11 @@ class LSTMDecoder(Decoder):
             aux["location_entropy"] = torch.stack(entropies, 1)  # (B, T)
         if values:
             aux["location_value"] = torch.stack(values, 1)  # (B, T) learned baselines b(h_{t-1})
-        if record:  # what cell_log_likelihoods reruns step t from, detached (rewards carry no graph)
+        if record:  # what cell_log_likelihoods reruns step t from (the state detached, the grid not)
             aux["cell_h"] = torch.stack([h for h, _ in before[:-1]], 1).detach()  # (B, T, H) h_{t-1}
             aux["cell_c"] = torch.stack([c for _, c in before[:-1]], 1).detach()  # (B, T, H) c_{t-1}
             aux["cell_emb"] = emb.detach()  # (B, T, E) E y_{t-1}
-            aux["cell_grid"] = state["features"][::k].detach()  # (B, L, D') one copy per image
+            aux["cell_grid"] = state["features"][::k]  # (B, L, D') one copy per image, with its graph
         return DecoderOutput(
             logits=logits, attention=torch.stack(weights, 1), alphas=torch.stack(alphas, 1), aux=aux
         )
@@ -187,14 +187,14 @@ class LSTMDecoder(Decoder):
         if start is not None:
             start()
 
-    @torch.no_grad()
     def cell_log_likelihoods(self, aux: dict[str, Tensor], targets: Tensor, index: Tensor) -> Tensor:
         """(B, T, C) r_t(i) = log p(y_t | s_t = i, s_{<t}) for the cells ``index`` (B, T, C): step t rerun
-        from its recorded state (h_{t-1}, c_{t-1}, E y_{t-1}) with a_i in place of the chosen context.
+        from its recorded state (h_{t-1}, c_{t-1}, E y_{t-1}, detached) with a_i in place of the chosen
+        context. Differentiable in the step's own weights and the grid (``estimators.exact_step_pathwise``).
 
         The context enters the gates and the deep output linearly and β_t depends on h_{t-1} only, so the
         grid's share of both is one matmul per image; each step then costs a (B, C, H) LSTM update and a
-        (B, C, V) output. Without dropout: a reward for the location policy, not a training loss."""
+        (B, C, V) output. Without dropout: the same function for every cell, sampled or not."""
         grid, h_prev, c_prev, emb = aux["cell_grid"], aux["cell_h"], aux["cell_c"], aux["cell_emb"]
         images, n_loc = grid.shape[:2]
         w_z, w_h = self.gates_rec.weight.split([self.grid_dim, self.hidden_dim], dim=1)  # (4H, D'), (4H, H)
