@@ -166,6 +166,14 @@ def test_unknown_decoder_option_is_refused() -> None:
             "model.decoder.hidden_dim=400000",
             "model.decoder.hidden_dim=400000: expected an integer in [1, 16384]",
         ),
+        # Values checked against the annotation of the argument they become (captioning/training/typecheck.py)
+        ("model.decoder.gate=maybe", "model.decoder.gate='maybe': expected a boolean (argument of"),
+        ("model.compile=maybe", "model.compile='maybe': expected a boolean"),
+        ("data.batch_size=null", "data.batch_size=None: expected an integer"),
+        ("+foo=1", "foo: unknown top-level key"),
+        ("model.scheduler.warmup_steps=-10", "model.scheduler.warmup_steps=-10: expected an integer >= 0"),
+        ("model.scheduler.min_lr_ratio=5", "model.scheduler.min_lr_ratio=5: expected a number in [0, 1]"),
+        ("trainer.check_val_every_n_epoch=0", "trainer.check_val_every_n_epoch=0: expected an integer >= 1"),
     ],
 )
 def test_config_values_are_checked_before_anything_runs(
@@ -187,3 +195,21 @@ def test_a_vocabulary_of_special_tokens_only_is_refused(tmp_path) -> None:
     cfg = compose_train([*TINY, "data.min_word_count=100000"], tmp_path)
     with pytest.raises(ConfigError, match="data.min_word_count=100000: no word of the training captions"):
         train(cfg)
+
+
+def test_a_data_source_argument_of_the_wrong_type_is_refused_before_reading(tmp_path) -> None:
+    from captioning.training.validate import ConfigError
+
+    cfg = compose_train([*TINY, "data.train.seed=abc"], tmp_path)  # (the fixture above would hide the source)
+    with pytest.raises(ConfigError, match=r"data.train.seed='abc': expected an integer \(argument of"):
+        train(cfg)
+
+
+def test_a_callback_refusing_its_arguments_is_one_config_error_line(tmp_path) -> None:
+    from captioning.training.validate import ConfigError
+
+    cfg = compose_train([*TINY, "callbacks.progress_lines.every_n_steps=-1"], tmp_path)
+    with pytest.raises(ConfigError) as info:
+        train(cfg)
+    assert "every_n_steps=-1" in str(info.value) and "\n" not in str(info.value), str(info.value)
+    assert not (tmp_path / "checkpoints").exists()

@@ -64,8 +64,11 @@ def train(cfg: DictConfig) -> str:
     if ckpt_path:  # resuming: the data must give the same vocabulary, the model the same config
         check_resume_matches(ckpt_path, vocab.to_dict(), model.net_config)
 
-    callbacks = instantiate_dict(cfg.get("callbacks"))
-    loggers = instantiate_dict(cfg.get("logger"))
+    try:  # a callback or logger refusing its arguments (every_n_steps=-1) is a config mistake too
+        callbacks = instantiate_dict(cfg.get("callbacks"))
+        loggers = instantiate_dict(cfg.get("logger"))
+    except InstantiationException as err:
+        raise ConfigError(one_line(err)) from err
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     try:  # Lightning refuses settings it cannot use (precision=bogus) with a ValueError: a config mistake

@@ -17,6 +17,14 @@ from captioning.data.vocab import SPECIALS
 from captioning.decoding.config import GenerationConfig
 from captioning.metrics.names import METRICS
 from captioning.models.registry import bad_sizes
+from captioning.training.typecheck import type_problems
+
+
+# What conf/train.yaml composes at the top; anything else (`+foo=1`) would be silently ignored.
+TOP_LEVEL_KEYS = frozenset(
+    {"paths", "data", "model", "trainer", "logger", "callbacks", "seed", "run_test", "output_dir", "ckpt_path",
+     "init_from", "hydra"}
+)  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -95,6 +103,33 @@ def check_config(cfg: DictConfig) -> None:
         if monitor is not None and monitor not in logged:
             known = sorted({f"val/{m}" for m in metrics if m in METRICS} | {"val/loss", "val/xent"})
             problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(known)}")
+    unknown_keys = sorted(set(cfg.keys()) - TOP_LEVEL_KEYS)
+    if unknown_keys:
+        problems.append(
+            f"{', '.join(unknown_keys)}: unknown top-level key(s); expected {', '.join(sorted(TOP_LEVEL_KEYS))}"
+        )
+    check_every = _get(cfg, "trainer.check_val_every_n_epoch")
+    need(
+        check_every is None or (_is_int(check_every) and check_every >= 1),
+        "trainer.check_val_every_n_epoch",
+        "an integer >= 1 or null",
+    )
+    warmup = _get(cfg, "model.scheduler.warmup_steps")
+    need(
+        warmup is None or (_is_int(warmup) and warmup >= 0), "model.scheduler.warmup_steps", "an integer >= 0"
+    )
+    floor = _get(cfg, "model.scheduler.min_lr_ratio")
+    need(
+        floor is None or (_is_number(floor) and 0 <= floor <= 1),
+        "model.scheduler.min_lr_ratio",
+        "a number in [0, 1]",
+    )
+    for group in ("data", "model", "trainer", "callbacks", "logger"):
+        try:
+            node = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
+        except Exception:  # noqa: BLE001 - an interpolation that needs the Hydra run: checked when built
+            continue
+        problems.extend(type_problems(node, group))
     model = OmegaConf.to_container(cfg.model, resolve=True)  # feature_dim: ${..encoder.out_dim} -> 112
     network = {k: v for k, v in model.items() if k in ("encoder", "decoder")}
     for where, value, lowest, highest in bad_sizes(network, "model", skip=("vocab_size",)):
