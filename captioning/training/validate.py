@@ -19,7 +19,6 @@ from captioning.metrics.names import METRICS
 from captioning.models.registry import bad_sizes
 from captioning.training.typecheck import type_problems
 
-
 # What conf/train.yaml composes at the top; anything else (`+foo=1`) would be silently ignored.
 TOP_LEVEL_KEYS = frozenset(
     {"paths", "data", "model", "trainer", "logger", "callbacks", "seed", "run_test", "output_dir", "ckpt_path",
