@@ -16,7 +16,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from omegaconf.errors import OmegaConfBaseException
 
     from captioning.checkpoints.load import CheckpointError
-    from captioning.checkpoints.save import NonFiniteWeightsError
+    from captioning.checkpoints.save import CheckpointWriteError, NonFiniteWeightsError
     from captioning.data.images import ImageError
     from captioning.data.readers import DatasetError
     from captioning.training.callbacks.finite_loss import NonFiniteLossError
@@ -32,6 +32,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         ResumeError,
         NonFiniteLossError,
         NonFiniteWeightsError,
+        CheckpointWriteError,
         FileNotFoundError,
         PermissionError,
         HydraException,

@@ -78,6 +78,7 @@ def _poison_weights(c: dict) -> None:
 
 BROKEN_CHECKPOINTS = {
     "text": lambda good, out: out.write_text("model: soft\nhidden_dim: 16\n") or out,
+    "prose": lambda good, out: out.write_text("This is not a checkpoint\n") or out,  # torch: IndexError
     "empty": lambda good, out: out.write_bytes(b"") or out,
     "truncated": lambda good, out: out.write_bytes(good.read_bytes()[: good.stat().st_size // 2]) or out,
     "garbage_net_config": lambda good, out: _mutated(good, out, _set_config("{{{ not: yaml")),
@@ -671,3 +672,136 @@ def test_a_fully_transparent_image_is_white_with_a_warning_naming_it(tmp_path: P
         rgb = np.asarray(load_rgb(path))
     assert (rgb == 255).all()
     assert f"{path}: fully transparent" in caplog.text
+
+
+# ------------------------------------------------------------------- round three (an independent corpus)
+
+
+def _export(good: Path, out: Path) -> Path:
+    from captioning.checkpoints.export import export_checkpoint
+
+    return export_checkpoint(good, out)
+
+
+def test_an_export_with_integer_weights_or_a_header_nested_too_deep_is_refused(
+    good_checkpoint: Path, photo: Path, tmp_path: Path, capsys
+) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    export = _export(good_checkpoint, tmp_path / "good.safetensors")
+    with safe_open(str(export), framework="pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(export))
+    name = next(k for k, v in tensors.items() if v.is_floating_point())
+    save_file({**tensors, name: tensors[name].to(torch.int32)}, str(tmp_path / "ints.safetensors"), metadata)
+    deep = {**metadata, CHECKPOINT_KEY: "[" * 50_000 + "]" * 50_000}
+    save_file(tensors, str(tmp_path / "deep.safetensors"), deep)
+    for bad, culprit in (("ints", f"tensor {name} is int32"), ("deep", "nested too deeply")):
+        path = tmp_path / f"{bad}.safetensors"
+        assert captioning_main(["caption", str(photo), "--checkpoint", str(path)]) == 2
+        out, err = capsys.readouterr()
+        _assert_one_line(err, str(path), culprit)
+        assert out == ""
+
+
+def test_a_pipe_or_device_as_checkpoint_is_named_as_such(photo: Path, tmp_path: Path, capsys) -> None:
+    import os
+
+    fifo = tmp_path / "fifo.ckpt"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        assert captioning_main(["caption", str(photo), "--checkpoint", str(path)]) == 2
+        _assert_one_line(capsys.readouterr().err, str(path), "is not a regular file")
+
+
+def test_an_empty_image_argument_is_refused_not_read_as_the_current_folder(
+    good_checkpoint: Path, photo: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(photo.parent)  # a folder with an image in it: '' must not caption it
+    assert captioning_main(["caption", "", "--checkpoint", str(good_checkpoint)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "image argument 1 is an empty string" in err
+    assert captioning_main(["caption", str(photo), "", "--checkpoint", str(good_checkpoint)]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{photo}\t") and "image argument 2 is an empty string" in err
+
+
+def test_an_unwritable_export_target_is_named(good_checkpoint: Path, capsys) -> None:
+    target = Path("/proc/x.safetensors")  # the folder exists; nothing can be written in it
+    assert captioning_main(["export", str(good_checkpoint), str(target)]) == 2
+    _assert_one_line(capsys.readouterr().err, str(target), "cannot write the export there")
+
+
+def test_a_closed_stdout_and_ctrl_c_end_the_command_quietly(good_checkpoint: Path, photo: Path) -> None:
+    import signal
+    import subprocess
+
+    # `| head -c 1`: the reader leaves after one byte; no BrokenPipeError traceback, the status of SIGPIPE.
+    cmd = [sys.executable, "-m", "captioning.cli.main", "caption", *[str(photo)] * 4,
+           "--checkpoint", str(good_checkpoint), "--json"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(1)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 141) and "Traceback" not in err, err
+    # Ctrl-C while the command runs: one line, status 130.
+    proc = subprocess.Popen([*cmd[:-1], "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import time
+
+    time.sleep(4)  # importing torch and reading the checkpoint
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read().decode()
+    code = proc.wait(timeout=60)
+    assert code in (0, 130) and "Traceback" not in err, (code, err)
+    if code == 130:
+        assert _error_lines(err)[-1] == "captioning caption: interrupted"
+
+
+def test_nan_pixels_of_a_float_image_are_said(tmp_path: Path, caplog) -> None:
+    from captioning.data.images import load_rgb
+
+    values = np.random.default_rng(0).random((20, 30)).astype(np.float32)
+    values[:5] = np.nan
+    path = tmp_path / "partnan.tif"
+    Image.fromarray(values, mode="F").save(path)
+    with caplog.at_level("WARNING"):
+        img = load_rgb(path)
+    assert img.size == (30, 20) and np.asarray(img)[:5].max() == 0
+    assert any(
+        str(path) in r.getMessage() and "150 of 600 pixels are NaN" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_a_folder_given_as_an_annotation_file_is_named_a_folder(tmp_path: Path) -> None:
+    from captioning.data.readers import DatasetError, _existing
+
+    with pytest.raises(DatasetError, match="is a folder; expected"):
+        _existing(tmp_path, "an annotation file")
+
+
+def test_resuming_from_a_checkpoint_with_non_finite_weights_names_it(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from captioning.training.train import train
+
+    from conftest import TINY, compose_train
+
+    run = tmp_path / "run"
+    train(compose_train([*TINY, "trainer.max_steps=2"], run))
+    last = run / "checkpoints" / "last.ckpt"
+    _mutated(last, last, _poison_weights)
+    capsys.readouterr()
+    assert _train(["trainer.max_steps=4", "ckpt_path=last"], run, monkeypatch) == 2
+    _assert_one_line(capsys.readouterr().err, str(last), "non-finite weights")
+
+
+def test_a_full_disk_while_saving_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    import captioning.checkpoints.save as save
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(save.torch, "save", full)
+    assert _train(["trainer.max_steps=2"], tmp_path / "run", monkeypatch) == 2
+    _assert_one_line(capsys.readouterr().err, "could not write the checkpoint", "No space left on device")

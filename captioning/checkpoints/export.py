@@ -91,12 +91,17 @@ def half_floats(state: dict) -> dict:
 def write_partial(state: dict, meta: dict, out: Path, mode: int) -> Path:
     """Write the export of ``state``/``meta`` to ``out.partial`` with permissions ``mode``; the caller
     replaces ``out`` with it (``os.replace``) once it is satisfied."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     tmp = out.with_name(out.name + ".partial")
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-    save_file(tensors, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
-    os.chmod(tmp, mode)  # the writer's temp file is private
+    try:
+        save_file(tensors, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
+        os.chmod(tmp, mode)  # the writer's temp file is private
+    except (SafetensorError, OSError) as err:  # safetensors names only its temp file: name the export
+        tmp.unlink(missing_ok=True)
+        raise OSError(f"{out}: cannot write the export there: {' '.join(str(err).split())[:200]}") from err
     return tmp
 
 
@@ -138,8 +143,11 @@ def read_export(path: Path, map_location: str | torch.device = "cpu") -> tuple[d
         )
     try:
         meta = json.loads(metadata[CHECKPOINT_KEY])
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path}: the export's '{CHECKPOINT_KEY}' header is not JSON: {err}") from err
+    except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested thousands deep
+        reason = err if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+        raise CheckpointError(
+            f"{path}: the export's '{CHECKPOINT_KEY}' header is not JSON: {reason}"
+        ) from err
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path}: the export's '{CHECKPOINT_KEY}' header is not a mapping")
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}  # fp16 exports

@@ -80,13 +80,22 @@ def _torch_load_reason(err: BaseException) -> str:
     return " ".join(text.split())[:300] or type(err).__name__
 
 
+def check_checkpoint_file(path: Path) -> None:
+    """A regular file, or a CheckpointError saying what the path is instead."""
+    if path.is_dir():
+        raise CheckpointError(f"{path}: is a folder, not a checkpoint file")
+    if path.exists() and not path.is_file():
+        raise CheckpointError(
+            f"{path}: is not a regular file (a pipe, device or socket); expected a checkpoint file"
+        )
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+
+
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
     """``torch.load`` with weights_only=True, every failure turned into a CheckpointError naming the file."""
     path = Path(path)
-    if path.is_dir():
-        raise CheckpointError(f"{path}: is a folder, not a checkpoint file")
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
+    check_checkpoint_file(path)
     try:
         with warnings.catch_warnings():  # torch warns about legacy formats before refusing: one line is ours
             warnings.simplefilter("ignore")
@@ -105,7 +114,18 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{blocked.group(1)}). Checkpoints are read with weights_only=True so that loading one can never "
             "run code; this file was not written by captioning-train, or was tampered with."
         ) from err
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
+    except (
+        RuntimeError,
+        EOFError,
+        OSError,
+        ValueError,
+        IndexError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+        OverflowError,
+    ) as err:  # fmt: skip - what torch.load raises on bytes it cannot parse
         raise CheckpointError(
             f"{path}: not a readable checkpoint (truncated or not a torch file?): {_torch_load_reason(err)}"
         ) from err
@@ -202,6 +222,21 @@ def _packaged_encoder_state(net: CaptionModel, record: Any, path: Path) -> dict:
     return {f"encoder.{k}": v for k, v in net.encoder.state_dict().items()}
 
 
+def _check_dtypes(state: dict, net: CaptionModel, path: Path) -> None:
+    """load_state_dict casts silently: refuse integer or boolean tensors where the network has floating
+    point ones (and the reverse), which would load as garbage weights."""
+    expected = net.state_dict()
+    for name, tensor in state.items():
+        want = expected.get(name)
+        if not (isinstance(tensor, torch.Tensor) and isinstance(want, torch.Tensor)):
+            continue
+        if tensor.dtype.is_floating_point != want.dtype.is_floating_point or tensor.dtype.is_complex:
+            raise CheckpointError(
+                f"{path}: tensor {name} is {str(tensor.dtype).removeprefix('torch.')}; the network expects "
+                f"{'a floating-point' if want.dtype.is_floating_point else 'an integer'} tensor there"
+            )
+
+
 def _provenance(value: Any, path: Path) -> dict:
     if value is None:
         return {}
@@ -244,6 +279,7 @@ def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCaptioner:
             f"{path}: refused: non-finite weights (NaN/inf) in {', '.join(bad[:3])}"
             + (f" and {len(bad) - 3} more tensors" if len(bad) > 3 else "")
         )
+    _check_dtypes(state, net, path)
     if by_name:
         state = {**_packaged_encoder_state(net, by_name, path), **state}
     try:

@@ -62,6 +62,10 @@ def remove_stale_temps(target: Path) -> list[Path]:
     return removed
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (a full disk, a read-only folder), naming the file."""
+
+
 class NonFiniteWeightsError(RuntimeError):
     """Weights with NaN/inf: never written as a checkpoint, so no file on disk is ever called good wrongly."""
 
@@ -96,7 +100,7 @@ def atomic_torch_save(obj: Any, target: str | Path) -> None:
         if isinstance(err, OSError | RuntimeError) and not isinstance(err, NonFiniteWeightsError):
             # torch reports a full disk as "unexpected pos ..." without a path: say which file failed
             reason = " ".join(str(err).split())[:200]
-            raise OSError(
+            raise CheckpointWriteError(
                 f"{target}: could not write the checkpoint ({reason}); the previous one is intact"
             ) from err
         raise

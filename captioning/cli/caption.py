@@ -144,13 +144,17 @@ def run(args: argparse.Namespace) -> int:
     except (CheckpointError, ValueError) as e:
         err(e)
         return 2
-    paths = expand_inputs(args.images)
+    # An empty argument (an unset $IMG) would be Path('') = '.', the current folder: refuse it instead.
+    empty = [i for i, item in enumerate(args.images, 1) if not item.strip()]
+    for i in empty:
+        err(f"image argument {i} is an empty string, not an image file, folder or glob (an unset variable?)")
+    paths = expand_inputs([item for item in args.images if item.strip()])
     overlays = overlay_paths(args.overlay, [str(p) for p in paths]) if args.overlay else []
     problem = check_overlay_target(args.overlay, paths, overlays) if args.overlay else None
     if problem:
         err(problem)
         return 2
-    failures = {"images": 0, "overlays": 0}
+    failures = {"images": len(empty), "overlays": 0}
 
     def readable():  # streamed: each image is read when its batch is decoded, then released
         for i, path in enumerate(paths):
@@ -199,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     if failures["overlays"]:
         print(f"{failures['overlays']} overlays could not be written", file=sys.stderr)
     if failures["images"]:
-        print(f"{failures['images']} of {len(paths)} images could not be read", file=sys.stderr)
-    if failures["images"] == len(paths):
+        print(f"{failures['images']} of {len(paths) + len(empty)} images could not be read", file=sys.stderr)
+    if failures["images"] == len(paths) + len(empty):
         return 2  # nothing could be captioned
     return 1 if any(failures.values()) else 0

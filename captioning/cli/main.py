@@ -6,6 +6,7 @@ command runs, so ``captioning --help`` answers at once; torch, Lightning and Hyd
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from captioning.cli.runtime import configure_process
@@ -37,7 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return SUBCOMMANDS[args.command].run(args)
+    try:
+        return SUBCOMMANDS[args.command].run(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT, no traceback
+        print(f"captioning {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader of stdout left (`| head`): stop quietly, as cat does
+        os.dup2(
+            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
+        )  # Python's exit flush would raise again
+        return 141  # 128 + SIGPIPE
 
 
 if __name__ == "__main__":

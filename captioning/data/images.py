@@ -72,7 +72,7 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
         raise ImageError(f"{path}: not a readable image ({type(err).__name__}: {err})") from err
 
 
-def _to_8bit(img: Image.Image) -> Image.Image:
+def _to_8bit(img: Image.Image, name: str = "image") -> Image.Image:
     """A single-channel image of more than 8 bits (16/32-bit integer, 32-bit float) as 8-bit gray.
 
     The container says little of the range, so it is read from the values: floats in [0, 1] are scaled
@@ -83,6 +83,11 @@ def _to_8bit(img: Image.Image) -> Image.Image:
     finite = values[np.isfinite(values)]
     if not finite.size:
         raise ValueError(f"no finite pixel value ({img.mode} image of NaN/inf only)")
+    if finite.size < values.size:  # said, not silently made black: the caption may miss what was there
+        _log.warning(
+            "%s: %d of %d pixels are NaN or infinite; they are read as black (NaN, -inf) or white (+inf)",
+            name, values.size - finite.size, values.size,
+        )  # fmt: skip
     lo, hi = float(finite.min()), float(finite.max())
     if img.mode == "F" and lo >= 0.0 and hi <= 1.0:
         scaled = values * 255.0
@@ -102,7 +107,7 @@ def to_rgb(img: Image.Image, name: str = "image") -> Image.Image:
     channel and a PNG/GIF key colour (``tRNS``: one value of an RGB, gray or palette image marked
     transparent). An image transparent everywhere becomes plain white, with a warning naming ``name``."""
     if img.mode in ("I", "F") or img.mode.startswith("I;16"):
-        img = _to_8bit(img)
+        img = _to_8bit(img, name)
     if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info:
         rgba = img.convert("RGBA")  # applies a key colour as alpha 0
         if rgba.getchannel("A").getextrema()[1] == 0:

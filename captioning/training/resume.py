@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import read_checkpoint
+from captioning.checkpoints.save import non_finite_tensors
 
 LAST = "last"
 
@@ -87,7 +88,14 @@ def _config_differences(saved: str | dict | None, current: str) -> list[str]:
 
 def check_resume_matches(ckpt_path: str | Path, vocab: dict, net_config: str) -> None:
     """Raise :class:`ResumeError` unless ``ckpt_path`` holds this run's vocabulary and network config."""
-    meta = read_checkpoint(ckpt_path)[CHECKPOINT_KEY]
+    checkpoint = read_checkpoint(ckpt_path)
+    bad = non_finite_tensors(checkpoint["state_dict"])
+    if bad:  # say which file is broken, before training blames its first step on the update
+        raise ResumeError(
+            f"{ckpt_path}: non-finite weights (NaN/inf) in {', '.join(bad[:3])}; resume from an earlier "
+            "checkpoint of this run (checkpoints/*.ckpt) instead"
+        )
+    meta = checkpoint[CHECKPOINT_KEY]
     saved_words, words = list(meta.get("vocab", {}).get("itos", [])), list(vocab["itos"])
     if saved_words != words:
         first = next(
