@@ -805,3 +805,19 @@ def test_a_full_disk_while_saving_is_one_line(tmp_path: Path, monkeypatch, capsy
     monkeypatch.setattr(save.torch, "save", full)
     assert _train(["trainer.max_steps=2"], tmp_path / "run", monkeypatch) == 2
     _assert_one_line(capsys.readouterr().err, "could not write the checkpoint", "No space left on device")
+
+
+def test_an_unreadable_init_from_is_refused_before_the_data_are_read(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from captioning.data.sources import SyntheticSource
+
+    bad = tmp_path / "prose.ckpt"
+    bad.write_text("This is not a checkpoint\n")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the data were read before init_from was checked")
+
+    monkeypatch.setattr(SyntheticSource, "__init__", refuse)
+    assert _train([f"init_from={bad}"], tmp_path / "run", monkeypatch) == 2
+    _assert_one_line(capsys.readouterr().err, str(bad), "not a readable checkpoint")

@@ -29,3 +29,12 @@ def check_model_config(cfg: DictConfig) -> None:
             build_model(cfg.model, vocab)  # built, checked, dropped
         except Exception as err:  # noqa: BLE001 - whatever a constructor refuses is a config error
             raise ConfigError(f"model: {one_line(err)}") from err
+
+
+def check_init_from(path: str | None) -> None:
+    """The ``init_from`` file loads as a captioner (CheckpointError naming it otherwise), before the data
+    are read: its fit with this run's vocabulary and network is checked when the weights are copied."""
+    if path:
+        from captioning.checkpoints.load import load_captioner
+
+        load_captioner(path)

@@ -23,7 +23,7 @@ from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.config import CONFIG_DIR  # noqa: E402
-from captioning.training.preflight import check_model_config  # noqa: E402
+from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
 from captioning.training.resume import (  # noqa: E402
     check_fresh_run_dir,
     check_resume_matches,
@@ -49,6 +49,7 @@ def train(cfg: DictConfig) -> str:
     # Config mistakes fail here in seconds, before the data is read or any training time is spent.
     check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
     check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
+    check_init_from(cfg.get("init_from"))  # a starting checkpoint that cannot even be read
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), cfg.output_dir)  # "last" -> output_dir/checkpoints
     check_fresh_run_dir(cfg.output_dir, ckpt_path)  # a reused run folder: never overwrite its checkpoints
     pl.seed_everything(cfg.seed, workers=True)
