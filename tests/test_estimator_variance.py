@@ -16,7 +16,9 @@ ev = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(ev)
 
 
-def test_caption_specific_baselines_keep_the_mean_and_cut_the_variance() -> None:
+def reinforce_decoder() -> tuple:
+    """(decoder, its attention, features (4, 16, D), tokens (4, 5)) of a small REINFORCE decoder in training
+    mode with dropout, the entropy bonus and semi-sampling off: only the sampled locations vary."""
     decoder = build_module(["a", "red", "circle", "blue"], ["model/decoder=hard_reinforce"]).net.decoder
     for module in decoder.modules():
         if isinstance(module, torch.nn.Dropout):
@@ -24,9 +26,15 @@ def test_caption_specific_baselines_keep_the_mean_and_cut_the_variance() -> None
     decoder.train()
     attention = decoder.attention
     attention.entropy_weight, attention.sample_this_batch = 0.0, True
+    attention.semi_sampling_p, attention.semi_sampling_final = 0.0, None
     torch.manual_seed(0)
     features = torch.randn(4, 16, decoder.feature_dim) * 3  # (B, L, D): cells that differ
     tokens = torch.tensor([[1, 4, 5, 6, 2], [1, 4, 7, 6, 2], [1, 5, 6, 2, 0], [1, 4, 4, 7, 2]])  # <start>=1
+    return decoder, attention, features, tokens
+
+
+def test_caption_specific_baselines_keep_the_mean_and_cut_the_variance() -> None:
+    decoder, attention, features, tokens = reinforce_decoder()
     params = [p for p in attention.parameters() if p.requires_grad]
 
     def draws(baseline: str, k: int, n: int = 300) -> torch.Tensor:
@@ -45,17 +53,7 @@ def test_caption_specific_baselines_keep_the_mean_and_cut_the_variance() -> None
 def test_exact_word_credit_keeps_the_mean_and_cuts_the_variance_on_the_real_decoder() -> None:
     """credit=exact_step (word t summed over the cells, here all 16 or the top 4 + the sample) against
     credit=remaining, the same leave-one-out baseline: one expected gradient, less variance."""
-    decoder = build_module(["a", "red", "circle", "blue"], ["model/decoder=hard_reinforce"]).net.decoder
-    for module in decoder.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    decoder.train()
-    attention = decoder.attention
-    attention.entropy_weight, attention.sample_this_batch = 0.0, True
-    attention.semi_sampling_p, attention.semi_sampling_final = 0.0, None
-    torch.manual_seed(0)
-    features = torch.randn(4, 16, decoder.feature_dim) * 3  # (B, L, D)
-    tokens = torch.tensor([[1, 4, 5, 6, 2], [1, 4, 7, 6, 2], [1, 5, 6, 2, 0], [1, 4, 4, 7, 2]])
+    decoder, attention, features, tokens = reinforce_decoder()
     params = [p for p in attention.parameters() if p.requires_grad]
 
     def draws(credit: str, cells: int = 0, n: int = 300) -> torch.Tensor:
@@ -76,18 +74,9 @@ def test_exact_step_keeps_the_whole_gradient_and_cuts_its_variance_for_the_encod
     expectation, lower in variance."""
     from captioning.losses import caption_loss
 
-    decoder = build_module(["a", "red", "circle", "blue"], ["model/decoder=hard_reinforce"]).net.decoder
-    for module in decoder.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    decoder.train()
-    attention = decoder.attention
-    attention.entropy_weight, attention.sample_this_batch = 0.0, True
-    attention.semi_sampling_p, attention.semi_sampling_final = 0.0, None
+    decoder, attention, features, tokens = reinforce_decoder()
     attention.baseline_kind, attention.num_samples, attention.exact_cells = "leave_one_out", 2, 0
-    torch.manual_seed(0)
-    features = (torch.randn(4, 16, decoder.feature_dim) * 3).requires_grad_(True)  # (B, L, D)
-    tokens = torch.tensor([[1, 4, 5, 6, 2], [1, 4, 7, 6, 2], [1, 5, 6, 2, 0], [1, 4, 4, 7, 2]])
+    features.requires_grad_(True)
 
     def draws(credit: str, n: int = 300) -> torch.Tensor:
         attention.credit = credit

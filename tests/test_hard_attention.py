@@ -352,14 +352,19 @@ def exact_gradient_3() -> torch.Tensor:
     return theta.grad
 
 
+def sample_locations_3(n: int, g: torch.Generator) -> torch.Tensor:
+    """(n, 3) locations s_t ~ softmax(THETA3[t]), independent over steps."""
+    return torch.stack(
+        [torch.multinomial(torch.softmax(THETA3[t], -1), n, True, generator=g) for t in range(3)], 1
+    )
+
+
 def estimates_3(layer, batches: int, n: int, k: int = 1) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     out = []
     for _ in range(batches):
         theta = THETA3.clone().requires_grad_(True)
-        s = torch.stack(
-            [torch.multinomial(torch.softmax(THETA3[t], -1), n * k, True, generator=g) for t in range(3)], 1
-        )
+        s = sample_locations_3(n * k, g)
         log_prob = torch.log_softmax(theta, -1).gather(1, s.t()).t()  # (N, 3) log α_{t, s_t}
         loss, _ = layer.auxiliary_loss(log_prob, torch.zeros(n * k, 3), f_tokens(s), torch.ones(n * k, 3))
         out.append(-torch.autograd.grad(loss, theta)[0] * 3)  # the layer averages per token (3 per caption)
@@ -488,9 +493,7 @@ def exact_step_estimates(layer, batches: int, n: int, k: int) -> torch.Tensor:
     out = []
     for _ in range(batches):
         theta = THETA3.clone().requires_grad_(True)
-        s = torch.stack(
-            [torch.multinomial(torch.softmax(THETA3[t], -1), n * k, True, generator=g) for t in range(3)], 1
-        )
+        s = sample_locations_3(n * k, g)
         log_alpha = torch.log_softmax(theta, -1)  # (3, 4)
         log_prob = log_alpha.gather(1, s.t()).t()  # (N, 3)
         alphas = log_alpha.exp().expand(n * k, 3, 4)  # (N, 3, 4) with the graph
