@@ -152,7 +152,8 @@ def test_unknown_decoder_option_is_refused() -> None:
     ("override", "fragment"),
     [
         ("seed=abc", "seed='abc': expected an integer"),
-        ("trainer.max_steps=abc", "trainer.max_steps='abc': expected an integer >= -1"),
+        ("trainer.max_steps=abc", "trainer.max_steps='abc': expected an integer >= 1, or -1"),
+        ("trainer.max_epochs=0", "trainer.max_epochs=0: expected an integer >= 1, or -1 for no limit"),
         ("model.optimizer.lr=-0.1", "model.optimizer.lr=-0.1: expected a number in (0, 10)"),
         ("model.decoding.max_new_tokens=0", "max_new_tokens=0: expected an integer in [1, 1000]"),
         ("model.val_metrics=[BLEU4]", "model.val_metrics=['BLEU4']: expected a non-empty list of Bleu_1"),

@@ -821,3 +821,61 @@ def test_an_unreadable_init_from_is_refused_before_the_data_are_read(
     monkeypatch.setattr(SyntheticSource, "__init__", refuse)
     assert _train([f"init_from={bad}"], tmp_path / "run", monkeypatch) == 2
     _assert_one_line(capsys.readouterr().err, str(bad), "not a readable checkpoint")
+
+
+# ------------------------------------------------------------------- round four (a third tester's new cases)
+
+
+@pytest.mark.parametrize(
+    ("image", "fragment"),
+    [
+        (Image.new("RGB", (0, 0)), "0x0 pixels has nothing to caption"),
+        (np.zeros((0, 0, 3), np.uint8), "0x0 pixels has nothing to caption"),
+        (torch.arange(3 * 8 * 8).view(3, 8, 8) * 4, "must hold values in [0, 255], got [0, 764]"),
+        (-torch.ones(3, 8, 8, dtype=torch.int8), "must hold values in [0, 255], got [-1, -1]"),
+        (np.full((8, 8, 3), 300, np.int64), "must hold values in [0, 255]"),
+        (torch.ones(3, 8, 8, dtype=torch.bool), "torch.bool cannot be pixels"),
+    ],
+    ids=["pil-0x0", "array-0x0", "int64-0-1020", "int8-negative", "array-int64-300", "bool"],
+)
+def test_the_api_refuses_empty_images_and_integers_a_cast_would_wrap(
+    good_checkpoint, image, fragment
+) -> None:
+    from captioning import Captioner
+
+    model = Captioner.from_checkpoint(good_checkpoint)
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        model.caption(image)
+
+
+def test_a_float_array_in_0_1_is_captioned_like_the_same_tensor(good_checkpoint) -> None:
+    from captioning import Captioner
+
+    model = Captioner.from_checkpoint(good_checkpoint)
+    values = np.random.default_rng(0).random((16, 16, 3))
+    from_array = model.caption(values)[0].caption
+    assert from_array == model.caption(torch.from_numpy(values).permute(2, 0, 1).float())[0].caption
+
+
+def test_a_checkpoint_without_its_image_size_or_with_a_list_state_dict_is_refused(
+    good_checkpoint: Path, photo: Path, tmp_path: Path, capsys
+) -> None:
+    no_size = _mutated(
+        good_checkpoint, tmp_path / "nosize.ckpt", lambda c: c[CHECKPOINT_KEY].pop("image_size")
+    )
+    as_list = _mutated(good_checkpoint, tmp_path / "list.ckpt", lambda c: c.__setitem__("state_dict", [1, 2]))
+    for bad, culprit in ((no_size, "image_size = None"), (as_list, "'state_dict' is a list")):
+        assert captioning_main(["caption", str(photo), "--checkpoint", str(bad)]) == 2
+        _assert_one_line(capsys.readouterr().err, str(bad), culprit)
+
+
+def test_an_empty_checkpoint_argument_and_an_overlong_image_name_are_named(
+    good_checkpoint: Path, photo: Path, capsys
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        captioning_main(["caption", str(photo), "--checkpoint", ""])
+    assert info.value.code == 2 and "an empty string is not a file path" in capsys.readouterr().err
+    long = photo.parent / ("x" * 300 + ".png")
+    assert captioning_main(["caption", str(photo), str(long), "--checkpoint", str(good_checkpoint)]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{photo}\t") and "cannot be opened: File name too long" in err

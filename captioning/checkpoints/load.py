@@ -134,6 +134,10 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path}: not a captioning checkpoint (expected 'state_dict' and a '{CHECKPOINT_KEY}' entry "
             "with the vocabulary and network config, as written by captioning-train)"
         )
+    if not isinstance(checkpoint["state_dict"], dict):
+        raise CheckpointError(
+            f"{path}: its 'state_dict' is a {type(checkpoint['state_dict']).__name__}, not a mapping"
+        )
     return checkpoint
 
 
@@ -291,9 +295,12 @@ def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCaptioner:
         decoding = GenerationConfig.from_dict(meta.get("decoding"), where=f"{path}: decoding").to_dict()
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: the saved decoding settings are not valid: {err}") from err
-    image_size = meta.get("image_size", 224)
+    image_size = meta.get("image_size")  # no default: a guessed input size captions wrongly, silently
     if not isinstance(image_size, int) or not 8 <= image_size <= SIZE_BOUNDS["image_size"]:
-        raise CheckpointError(f"{path}: image_size = {image_size!r}, expected an integer in [8, 2048]")
+        raise CheckpointError(
+            f"{path}: image_size = {image_size!r} (the input size the model was trained at); expected an "
+            "integer in [8, 2048]"
+        )
     return LoadedCaptioner(
         net=net,
         vocab=vocab,

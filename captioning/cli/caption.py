@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from captioning.cli.runtime import path_arg
+
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 GLOB_CHARS = set("*?[")
 
@@ -73,12 +75,20 @@ def check_overlay_target(out: Path, inputs: list[Path], overlays: list[Path]) ->
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("caption", help="caption images with a trained checkpoint", description=__doc__)
     p.add_argument("images", nargs="+", help="image files, folders (their images) or quoted globs")
-    p.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt or an exported .safetensors")
+    p.add_argument("--checkpoint", required=True, type=path_arg, help="a .ckpt or an exported .safetensors")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--batch-size", type=int, default=16, help="images decoded at once (default: 16)")
     p.add_argument("--overlay", type=Path, default=None, help="write per-word attention overlays to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object per image")
     add_decoding_arguments(p)
+
+
+def _is_dir(path: Path) -> bool:
+    """Path.is_dir, False where the name itself cannot be looked up (too long): reported when read."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def expand_inputs(items: list[str]) -> list[Path]:
@@ -88,7 +98,7 @@ def expand_inputs(items: list[str]) -> list[Path]:
     out: list[Path] = []
     for item in items:
         path = Path(item)
-        if path.is_dir():
+        if _is_dir(path):
             # every entry named like an image: a dangling link, a FIFO or a folder "x.png" is then reported
             found, other = [], []  # one pass: a camera folder can hold tens of thousands of entries
             for entry in sorted(path.iterdir()):
@@ -158,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     def readable():  # streamed: each image is read when its batch is decoded, then released
         for i, path in enumerate(paths):
-            if path.is_dir():  # a folder that expand_inputs found no image in
+            if _is_dir(path):  # a folder that expand_inputs found no image in
                 err(
                     f"{path}: is a folder, not an image file, and holds no image files (looked for {', '.join(sorted(IMAGE_SUFFIXES))})"
                 )
@@ -168,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
                 image = load_rgb(path)
             except ImageError as e:
                 err(e)
+                failures["images"] += 1
+                continue
+            except OSError as e:  # a name the system cannot look up at all (ENAMETOOLONG, ...)
+                err(f"{_printable(str(path))}: cannot be opened: {e.strerror or e}")
                 failures["images"] += 1
                 continue
             # Only the model's input (S x S) and, for an overlay, a copy of at most OVERLAY_SIDE px are

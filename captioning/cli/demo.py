@@ -7,14 +7,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
+
+from captioning.cli.runtime import path_arg
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "demo", help="serve the demo page (upload an image, see captions and attention)"
     )
-    p.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt or an exported .safetensors")
+    p.add_argument("--checkpoint", required=True, type=path_arg, help="a .ckpt or an exported .safetensors")
     p.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine)"
     )

@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from captioning.cli.runtime import path_arg
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -21,7 +23,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--checkpoint", required=True, type=Path, help="a .ckpt of captioning-train or a .safetensors export"
+        "--checkpoint",
+        required=True,
+        type=path_arg,
+        help="a .ckpt of captioning-train or a .safetensors export",
     )
     parser.add_argument(
         "--out-dir",

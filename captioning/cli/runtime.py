@@ -22,9 +22,11 @@ after a few iterations at ~6x that size (tests/test_runtime.py), fine for a trai
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
 import sys
+from pathlib import Path
 
 M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
 M_MMAP_MAX = -4
@@ -66,3 +68,10 @@ def configure_process() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("WANDB_MODE", "offline")
     keep_freed_memory()
+
+
+def path_arg(text: str) -> Path:
+    """argparse ``type`` for a file argument: an empty string (an unset variable) would be Path('.')."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty string is not a file path (an unset variable?)")
+    return Path(text)

@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from captioning.cli.runtime import path_arg
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -22,7 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--checkpoint", required=True, type=Path, help="a .ckpt or an exported .safetensors")
+    parser.add_argument(
+        "--checkpoint", required=True, type=path_arg, help="a .ckpt or an exported .safetensors"
+    )
     parser.add_argument("--num-beams", type=int, nargs="+", default=[3, 5])
     parser.add_argument("--length-penalty", type=float, nargs="+", default=[0.0, 0.5, 1.0])
     parser.add_argument("--no-repeat-ngram-size", type=int, nargs="+", default=[0, 3])

@@ -77,7 +77,15 @@ class CaptionResult:
 
 
 def as_pil(image: ImageInput) -> Image.Image:
-    """Any accepted input as an 8-bit RGB PIL image (paths through the checked loader)."""
+    """Any accepted input as an 8-bit RGB PIL image (paths through the checked loader); an empty image
+    (0 pixels) is refused: its caption would be made up."""
+    picture = _as_pil(image)
+    if picture.width < 1 or picture.height < 1:
+        raise ValueError(f"an image of {picture.width}x{picture.height} pixels has nothing to caption")
+    return picture
+
+
+def _as_pil(image: ImageInput) -> Image.Image:
     if isinstance(image, str | Path):
         return load_rgb(image)
     if isinstance(image, Image.Image):
@@ -95,9 +103,23 @@ def as_pil(image: ImageInput) -> Image.Image:
                     f"a float image tensor must hold values in [0, 1], got [{lo:.3g}, {hi:.3g}] "
                     "(divide 0-255 data by 255, or pass a uint8 tensor)"
                 )
+        elif array.dtype != torch.uint8:  # integers are 0-255 pixel values; a cast would wrap the others
+            if array.dtype == torch.bool or array.is_complex():
+                raise ValueError(
+                    f"an image tensor of {array.dtype} cannot be pixels; expected uint8 or floats in [0, 1]"
+                )
+            lo, hi = int(array.min()), int(array.max())
+            if lo < 0 or hi > 255:
+                raise ValueError(
+                    f"an integer image tensor must hold values in [0, 255], got [{lo}, {hi}] "
+                    "(rescale 16-bit data, or pass floats in [0, 1])"
+                )
         array = (array.float().clamp(0, 1) * 255).round().byte() if array.is_floating_point() else array
         return Image.fromarray(array.expand(3, -1, -1).permute(1, 2, 0).numpy().astype(np.uint8))
     if isinstance(image, np.ndarray):
+        if image.size and image.dtype != np.uint8:  # as a tensor: the same checks of range and type
+            return _as_pil(torch.from_numpy(np.ascontiguousarray(image if image.ndim == 3 else image[..., None]))
+                           .permute(2, 0, 1)[:3])  # fmt: skip
         if image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (1, 3, 4)):
             return to_rgb(
                 Image.fromarray(image.squeeze(-1) if image.ndim == 3 and image.shape[2] == 1 else image)

@@ -75,7 +75,11 @@ def check_config(cfg: DictConfig) -> None:
         )
     for key in ("trainer.max_epochs", "trainer.max_steps"):
         value = _get(cfg, key)
-        need(value is None or (_is_int(value) and value >= -1), key, "an integer >= -1 (-1 = no limit)")
+        need(
+            value is None or (_is_int(value) and (value >= 1 or value == -1)),
+            key,
+            "an integer >= 1, or -1 for no limit (0 would train nothing)",
+        )
     for key in ("trainer.log_every_n_steps", "trainer.accumulate_grad_batches"):
         value = _get(cfg, key)
         need(value is None or (_is_int(value) and value >= 1), key, "an integer >= 1")
