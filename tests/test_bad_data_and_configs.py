@@ -154,6 +154,14 @@ def test_unknown_decoder_option_is_refused() -> None:
         ("seed=abc", "seed='abc': expected an integer"),
         ("trainer.max_steps=abc", "trainer.max_steps='abc': expected an integer >= 1, or -1"),
         ("trainer.max_epochs=0", "trainer.max_epochs=0: expected an integer >= 1, or -1 for no limit"),
+        (
+            "trainer.num_sanity_val_steps=-5",
+            "trainer.num_sanity_val_steps=-5: expected an integer >= 0, or -1",
+        ),
+        (
+            "model/decoder=hard_reinforce model.decoder.attention.entropy_weight=-1",
+            "entropy_weight=-1 must be >= 0",
+        ),
         ("model.optimizer.lr=-0.1", "model.optimizer.lr=-0.1: expected a number in (0, 10)"),
         ("model.decoding.max_new_tokens=0", "max_new_tokens=0: expected an integer in [1, 1000]"),
         ("model.val_metrics=[BLEU4]", "model.val_metrics=['BLEU4']: expected a non-empty list of Bleu_1"),
@@ -183,7 +191,7 @@ def test_config_values_are_checked_before_anything_runs(
     """One line naming the key, the value and what was expected; no data read, no model built, in seconds."""
     from captioning.training.validate import ConfigError
 
-    cfg = compose_train([*TINY, override], tmp_path)
+    cfg = compose_train([*TINY, *override.split()], tmp_path)
     with pytest.raises(ConfigError) as info:
         train(cfg)
     assert fragment in str(info.value) and "\n" not in str(info.value)

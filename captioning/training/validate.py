@@ -117,6 +117,12 @@ def check_config(cfg: DictConfig) -> None:
         "trainer.check_val_every_n_epoch",
         "an integer >= 1 or null",
     )
+    sanity = _get(cfg, "trainer.num_sanity_val_steps")
+    need(
+        sanity is None or (_is_int(sanity) and sanity >= -1),
+        "trainer.num_sanity_val_steps",
+        "an integer >= 0, or -1 for the whole validation set",
+    )
     warmup = _get(cfg, "model.scheduler.warmup_steps")
     need(
         warmup is None or (_is_int(warmup) and warmup >= 0), "model.scheduler.warmup_steps", "an integer >= 0"

@@ -215,8 +215,11 @@ class ReinforceHardAttention(HardAttention):
                 "ReinforceHardAttention: semi_sampling_final / entropy_weight_final need anneal_steps > 0 "
                 "(the number of training batches over which to move to them)"
             )
-        if value_weight < 0.0:
-            raise ValueError(f"ReinforceHardAttention: value_weight={value_weight} must be >= 0")
+        if value_weight < 0.0 or entropy_weight < 0.0:
+            raise ValueError(
+                f"ReinforceHardAttention: value_weight={value_weight} and entropy_weight={entropy_weight} must "
+                "be >= 0 (the entropy term is a bonus)"
+            )
         self.value_weight = value_weight
         # Only with baseline="learned", so other checkpoints keep their exact state dict.
         self.value_head = torch.nn.Linear(query_dim, 1) if baseline == "learned" else None
@@ -470,6 +473,8 @@ class GumbelHardAttention(HardAttention):
         sample_at_inference: bool = False,
     ):
         super().__init__(feature_dim, query_dim, attention_dim, sample_at_inference)
+        if entropy_weight < 0.0:
+            raise ValueError(f"GumbelHardAttention: entropy_weight={entropy_weight} must be >= 0 (a bonus)")
         if not 0.0 < tau_min <= tau_start or tau_decay < 0.0:
             raise ValueError(
                 f"GumbelHardAttention: need 0 < tau_min ({tau_min}) <= tau_start ({tau_start}) "
