@@ -835,8 +835,9 @@ def test_an_unreadable_init_from_is_refused_before_the_data_are_read(
         (-torch.ones(3, 8, 8, dtype=torch.int8), "must hold values in [0, 255], got [-1, -1]"),
         (np.full((8, 8, 3), 300, np.int64), "must hold values in [0, 255]"),
         (torch.ones(3, 8, 8, dtype=torch.bool), "torch.bool cannot be pixels"),
+        (np.full((8, 8, 3), 300, np.uint16), "must hold values in [0, 255], got [300, 300]"),
     ],
-    ids=["pil-0x0", "array-0x0", "int64-0-1020", "int8-negative", "array-int64-300", "bool"],
+    ids=["pil-0x0", "array-0x0", "int64-0-1020", "int8-negative", "array-int64-300", "bool", "uint16-300"],
 )
 def test_the_api_refuses_empty_images_and_integers_a_cast_would_wrap(
     good_checkpoint, image, fragment

@@ -117,9 +117,15 @@ def _as_pil(image: ImageInput) -> Image.Image:
         array = (array.float().clamp(0, 1) * 255).round().byte() if array.is_floating_point() else array
         return Image.fromarray(array.expand(3, -1, -1).permute(1, 2, 0).numpy().astype(np.uint8))
     if isinstance(image, np.ndarray):
-        if image.size and image.dtype != np.uint8:  # as a tensor: the same checks of range and type
-            return _as_pil(torch.from_numpy(np.ascontiguousarray(image if image.ndim == 3 else image[..., None]))
-                           .permute(2, 0, 1)[:3])  # fmt: skip
+        shape_ok = image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (1, 3, 4))
+        if shape_ok and image.size and image.dtype != np.uint8 and image.dtype.kind in "biuf":  # as a tensor:
+            if image.dtype.kind == "u":  # torch has no min/max for uint16/32/64
+                image = image.astype(np.int64)
+            return _as_pil(
+                torch.from_numpy(
+                    np.ascontiguousarray(image if image.ndim == 3 else image[..., None])
+                ).permute(2, 0, 1)[:3]
+            )  # the same checks of range and type; fmt: skip
         if image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (1, 3, 4)):
             return to_rgb(
                 Image.fromarray(image.squeeze(-1) if image.ndim == 3 and image.shape[2] == 1 else image)
