@@ -138,7 +138,8 @@ def check_config(cfg: DictConfig) -> None:
             node = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
         except Exception:  # noqa: BLE001 - an interpolation that needs the Hydra run: checked when built
             continue
-        problems.extend(type_problems(node, group))
+        reported = {problem.split("=", 1)[0] for problem in problems}  # a key's range check already said it
+        problems.extend(p for p in type_problems(node, group) if p.split("=", 1)[0] not in reported)
     model = OmegaConf.to_container(cfg.model, resolve=True)  # feature_dim: ${..encoder.out_dim} -> 112
     network = {k: v for k, v in model.items() if k in ("encoder", "decoder")}
     for where, value, lowest, highest in bad_sizes(network, "model", skip=("vocab_size",)):
