@@ -120,13 +120,12 @@ def _make_record(
 def _existing(path: str | Path, expected: str, is_dir: bool = False) -> Path:
     path = Path(path).expanduser().resolve()
     if not (path.is_dir() if is_dir else path.is_file()):
-        what = (
-            "not found"
-            if not path.exists()
-            else ("is a folder" if path.is_dir() else "is not a regular file")
-        )
-        if is_dir and path.exists():
+        if not path.exists():
+            what = "not found"
+        elif is_dir:
             what = "is a file, not a folder"
+        else:
+            what = "is a folder" if path.is_dir() else "is not a regular file"
         raise DatasetError(f"{path}: {what}; expected {expected}")
     return path
 

@@ -33,7 +33,15 @@ class CellRewards:
     the C − 1 cells the layer asked for (``ReinforceHardAttention.cells_to_rescore``), then the sampled one."""
 
     index: Tensor  # (B, T, C) cell indices; the last column is the sampled s_t
-    reward: Tensor  # (B, T, C) their log-likelihoods of word t, detached
+    reward: Tensor  # (B, T, C) their log-likelihoods of word t (with the graph of the step's own weights)
+
+    def split(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(S's indices, S's rewards) (B, T, C−1), then the sampled s_t and r_t(s_t) (B, T)."""
+        return self.index[..., :-1], self.reward[..., :-1], self.index[..., -1], self.reward[..., -1]
+
+    def sampled_in_set(self) -> Tensor:
+        """(B, T) bool: 1[s_t ∈ S]."""
+        return (self.index[..., :-1] == self.index[..., -1:]).any(-1)
 
 
 class AttentionLayer(nn.Module):

@@ -102,7 +102,7 @@ def exact_step_surrogate(alphas: Tensor, log_prob: Tensor, cells: CellRewards, t
     ``index``/``reward`` (B, T, C), the C − 1 cells of S then the sampled one. Summed over captions and
     steps like ``score_function_surrogate``.
     """
-    index, reward = cells.index, cells.reward.detach()
+    index, reward = cells.index, cells.reward
     if (
         alphas.shape[:2] != token_mask.shape
         or index.shape != reward.shape
@@ -112,13 +112,13 @@ def exact_step_surrogate(alphas: Tensor, log_prob: Tensor, cells: CellRewards, t
             f"exact_step_surrogate: alphas {tuple(alphas.shape)} (B, T, L), log_prob {tuple(log_prob.shape)} "
             f"and token_mask {tuple(token_mask.shape)} (B, T), cells {tuple(index.shape)} (B, T, C)"
         )
-    top_index, top_reward = index[..., :-1], reward[..., :-1]  # (B, T, C−1) the set S
-    chosen, chosen_reward = index[..., -1], reward[..., -1]  # (B, T) s_t and r_t(s_t)
+    top_index, top_reward, _, chosen_reward = cells.split()  # (B, T, C−1) the set S; (B, T) r_t(s_t)
+    top_reward, chosen_reward = top_reward.detach(), chosen_reward.detach()
     top_alpha = alphas.gather(-1, top_index)  # (B, T, C−1) with the graph
     weight = top_alpha.detach()
     c = (weight * top_reward).sum(-1) / weight.sum(-1).clamp_min(1e-12)  # (B, T) does not depend on s_t
     exact = (top_alpha * (top_reward - c.unsqueeze(-1))).sum(-1)  # (B, T) Σ_{i∈S} α_i (r_i − c)
-    outside = (top_index != chosen.unsqueeze(-1)).all(-1).to(log_prob.dtype)  # (B, T) 1[s_t ∉ S]
+    outside = (~cells.sampled_in_set()).to(log_prob.dtype)  # (B, T) 1[s_t ∉ S]
     sampled = outside * log_prob * (chosen_reward - c)  # (B, T)
     return -((exact + sampled) * token_mask).sum()
 
@@ -135,9 +135,8 @@ def exact_step_pathwise(alphas: Tensor, cells: CellRewards, token_mask: Tensor) 
     α-weighted one over S, plus the sample outside S: every likely cell's features learn from the word,
     as under soft attention, while the forward pass stays hard. ``cells.reward`` must carry its graph.
     """
-    top_index, top_reward = cells.index[..., :-1], cells.reward[..., :-1]  # (B, T, C−1)
-    chosen, chosen_reward = cells.index[..., -1], cells.reward[..., -1]  # (B, T)
+    top_index, top_reward, _, chosen_reward = cells.split()  # (B, T, C−1), (B, T)
     weight = alphas.detach().gather(-1, top_index)  # (B, T, C−1)
-    inside = (top_index == chosen.unsqueeze(-1)).any(-1).to(chosen_reward.dtype)  # (B, T) 1[s_t ∈ S]
+    inside = cells.sampled_in_set().to(chosen_reward.dtype)  # (B, T) 1[s_t ∈ S]
     correction = (weight * top_reward).sum(-1) - inside * chosen_reward  # (B, T), zero in expectation
     return -(correction * token_mask).sum()

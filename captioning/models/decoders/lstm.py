@@ -149,11 +149,11 @@ class LSTMDecoder(Decoder):
         gates_rec = recurrent_linear(self.gates_rec.weight)  # its weight gradient: one GEMM after the loop
         hs, zs, weights, alphas, log_probs, entropies, values = [], [], [], [], [], [], []
         record = self.training and self.attention.needs_cell_rewards  # the states step t started from
-        before = [(state["h"], state["c"])] if record else []
+        h0, cells_before = state["h"], [state["c"]]  # h_{t-1} is h0 then hs; only c needs keeping
         for t in range(tokens.shape[1]):
             z, att, state = self._advance(emb_gates[t], state, gates_rec)
             if record:
-                before.append((state["h"], state["c"]))
+                cells_before.append(state["c"])
             hs.append(state["h"])
             zs.append(z)
             weights.append(att.weights)
@@ -173,8 +173,8 @@ class LSTMDecoder(Decoder):
         if values:
             aux["location_value"] = torch.stack(values, 1)  # (B, T) learned baselines b(h_{t-1})
         if record:  # what cell_log_likelihoods reruns step t from (the state detached, the grid not)
-            aux["cell_h"] = torch.stack([h for h, _ in before[:-1]], 1).detach()  # (B, T, H) h_{t-1}
-            aux["cell_c"] = torch.stack([c for _, c in before[:-1]], 1).detach()  # (B, T, H) c_{t-1}
+            aux["cell_h"] = torch.stack([h0, *hs[:-1]], 1).detach()  # (B, T, H) h_{t-1}
+            aux["cell_c"] = torch.stack(cells_before[:-1], 1).detach()  # (B, T, H) c_{t-1}
             aux["cell_emb"] = emb.detach()  # (B, T, E) E y_{t-1}
             aux["cell_grid"] = state["features"][::k]  # (B, L, D') one copy per image, with its graph
         return DecoderOutput(
