@@ -174,6 +174,27 @@ def test_semi_sampling_coin_is_per_batch_and_selects_soft_or_hard_context():
     assert 0.4 < sum(flips) / len(flips) < 0.6  # 4 standard deviations of Binomial(400, 0.5) / 400
 
 
+def test_negative_final_entropy_weight_ends_the_curriculum_with_a_penalty_that_sharpens_attention():
+    layer = reinforce(entropy_weight=0.01, entropy_weight_final=-0.5, anneal_steps=2, semi_sampling_p=1.0)
+    layer.train()
+    weights = []
+    for _ in range(4):
+        layer.start_training_batch()
+        weights.append(layer.entropy_weight)
+    assert weights == pytest.approx([0.01, -0.245, -0.5, -0.5])
+    scores = torch.tensor([[0.3, -0.2, 0.8, 0.0]], requires_grad=True)  # (B=1, L=4)
+    alphas = torch.softmax(scores, -1)
+    entropy = -(alphas * alphas.log()).sum(-1, keepdim=True)  # (B, T=1)
+    ones = torch.ones(1, 1)
+    loss, _ = layer.auxiliary_loss(torch.zeros(1, 1), entropy, torch.zeros(1), ones)  # a soft batch
+    assert loss.item() == pytest.approx(0.5 * entropy.item())  # −λ_H·H with λ_H = −0.5
+    loss.backward()
+    sharper = torch.softmax(scores.detach() - 0.1 * scores.grad, -1)  # one gradient-descent step
+    assert -(sharper * sharper.log()).sum() < entropy.item()
+    with pytest.raises(ValueError, match="entropy_weight_final=nan must be a finite number"):
+        reinforce(entropy_weight_final=float("nan"), anneal_steps=2)
+
+
 def test_soft_to_hard_curriculum_anneals_per_training_batch_and_is_checkpointed():
     schedule = dict(
         semi_sampling_p=1.0,

@@ -162,7 +162,11 @@ class ReinforceHardAttention(HardAttention):
     last batches train exactly the hard model that inference runs. Every sampled batch's REINFORCE term
     stays an unbiased estimate of the hard objective's gradient at the current weights (the coin and λ_H
     depend on the step count only, not on s); what the schedule changes is which objective a batch
-    follows, as semi-sampling itself does.
+    follows, as semi-sampling itself does. A negative ``entropy_weight_final`` ends the schedule with an
+    entropy *penalty*: −λ_H·H with λ_H < 0 pushes each α_t to commit to few cells, the bias opposite to
+    the bonus's (both are regularisers outside the hard objective, and the penalty's gradient is exact,
+    not sampled). Why: inference attends the argmax cell, so a policy spread over an object's cells
+    trains its words on cells beside the one inference picks.
     ``credit``: "caption" (the paper's: every location of a caption is credited with r_b) or "remaining"
     (location t with r_{b,t} = Σ_{u≥t} log p(y_u), the words it can still change; unbiased, see
     ``estimators.reward_to_go``). With "remaining" the baselines are per step: none, a moving average
@@ -205,10 +209,11 @@ class ReinforceHardAttention(HardAttention):
             raise ValueError(
                 f"ReinforceHardAttention: semi_sampling_final={semi_sampling_final} must be in [0, 1]"
             )
-        if anneal_steps < 0 or (entropy_weight_final is not None and entropy_weight_final < 0.0):
+        if anneal_steps < 0:
+            raise ValueError(f"ReinforceHardAttention: anneal_steps={anneal_steps} must be >= 0")
+        if entropy_weight_final is not None and not math.isfinite(entropy_weight_final):
             raise ValueError(
-                f"ReinforceHardAttention: anneal_steps={anneal_steps} and entropy_weight_final="
-                f"{entropy_weight_final} must be >= 0"
+                f"ReinforceHardAttention: entropy_weight_final={entropy_weight_final} must be a finite number"
             )
         if anneal_steps == 0 and (semi_sampling_final is not None or entropy_weight_final is not None):
             raise ValueError(
