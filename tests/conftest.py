@@ -41,3 +41,38 @@ def compose_train(overrides: list[str], tmp_path: Path | None = None):
 @pytest.fixture
 def tiny_overrides() -> list[str]:
     return list(TINY)
+
+
+@pytest.fixture(scope="module")
+def good_checkpoint(tmp_path_factory) -> Path:
+    """A tiny captioning checkpoint (``corpus.write_checkpoint``) to caption with and to break."""
+    from corpus import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "good.ckpt")
+
+
+@pytest.fixture
+def photo(tmp_path: Path) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    path = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (40, 56, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+@pytest.fixture
+def references(tmp_path: Path) -> Path:
+    """A COCO references file of two images (ids 1 and 2)."""
+    import json
+
+    refs = {
+        "images": [{"id": 1}, {"id": 2}],
+        "annotations": [
+            {"id": 10, "image_id": 1, "caption": "a red circle"},
+            {"id": 11, "image_id": 2, "caption": "a blue square"},
+        ],
+    }
+    path = tmp_path / "refs.json"
+    path.write_text(json.dumps(refs))
+    return path

@@ -56,11 +56,11 @@ def run(args: argparse.Namespace) -> int:
         write_evaluation,
     )
     from captioning.training.config import compose_config
+    from captioning.training.validate import check_eval_config
 
     try:
         cfg, choices = compose_config("eval", list(args.overrides))
-        if not isinstance(cfg.batch_size, int) or cfg.batch_size < 1:
-            raise ValueError(f"batch_size={cfg.batch_size!r}: expected an integer >= 1")
+        check_eval_config(cfg)  # unknown keys (+bogus=1), feature_cache=maybe, data.test.seed=abc: one line
         from captioning.inference.captioner import resolve_device
 
         resolve_device(cfg.device)  # a bad device= is one line naming it, before any work

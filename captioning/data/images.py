@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -55,13 +56,19 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     if path.stat().st_size == 0:
         raise ImageError(f"{path}: the file is empty (0 bytes)")
     try:
-        with Image.open(path) as img:  # reads the header only; pixels are decoded on first use
+        # Pillow reports damaged metadata it skips (corrupt EXIF, a bad ICC block) as bare two-line
+        # UserWarnings naming neither the file nor the consequence: caught here, logged as one line each.
+        with warnings.catch_warnings(record=True) as caught, Image.open(path) as img:
+            warnings.simplefilter("always")
             if img.width * img.height > max_pixels:
                 raise ImageError(
                     f"{path}: {img.width}×{img.height} pixels is more than the {max_pixels:,} allowed"
                 )
             img.load()  # decode now: a corrupt pixel stream must fail here, not be half-read later
-            return to_rgb(_upright(img, path), name=str(path))
+            rgb = to_rgb(_upright(img, path), name=str(path))
+        for message in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
+            _log.warning("%s: %s (metadata ignored, the pixels are read as stored)", path, message)
+        return rgb
     except ImageError:
         raise
     except Image.DecompressionBombError as err:  # Pillow's own limit, hit while reading some headers

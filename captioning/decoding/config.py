@@ -18,6 +18,7 @@ filter unless asked). Beam-search sampling (``do_sample`` with ``num_beams > 1``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -90,6 +91,11 @@ class GenerationConfig:
     def from_dict(cls, options: dict[str, Any] | None, where: str = "decoding") -> GenerationConfig:
         """Options by name (legacy names accepted and renamed); an unknown name is a ValueError naming it."""
         known = {f.name for f in fields(cls)}
+        if options is not None and not isinstance(options, Mapping):
+            raise ValueError(
+                f"{where}: expected a mapping of decoding options (name: value), got a "
+                f"{type(options).__name__}"
+            )
         renamed: dict[str, Any] = {}
         for name, value in dict(options or {}).items():
             name = LEGACY_NAMES.get(name, name)

@@ -15,6 +15,7 @@ its n-best list (``candidates``) when ``num_return_sequences > 1``.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from captioning.checkpoints.load import LoadedCaptioner, load_captioner
 from captioning.data.images import image_to_tensor, load_rgb, to_rgb
 from captioning.decoding import GenerationConfig, decode_captions
 
-ImageInput = str | Path | Image.Image | torch.Tensor | np.ndarray
+ImageInput = str | Path | bytes | Image.Image | torch.Tensor | np.ndarray  # bytes: a path, as os.fsencode
 
 
 @dataclass
@@ -81,11 +82,15 @@ def as_pil(image: ImageInput) -> Image.Image:
     (0 pixels) is refused: its caption would be made up."""
     picture = _as_pil(image)
     if picture.width < 1 or picture.height < 1:
-        raise ValueError(f"an image of {picture.width}x{picture.height} pixels has nothing to caption")
+        raise ValueError(
+            f"an image of {picture.width}x{picture.height} pixels has nothing to caption or draw on"
+        )
     return picture
 
 
 def _as_pil(image: ImageInput) -> Image.Image:
+    if isinstance(image, bytes):  # a path as the os module takes it (not encoded image data)
+        return load_rgb(os.fsdecode(image))
     if isinstance(image, str | Path):
         return load_rgb(image)
     if isinstance(image, Image.Image):
@@ -150,6 +155,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def _name(image: ImageInput, index: int) -> str:
+    if isinstance(image, bytes):
+        return os.fsdecode(image)
     return str(image) if isinstance(image, str | Path) else f"<input {index}>"
 
 
@@ -201,7 +208,7 @@ class Captioner:
         config = self.generation_config(**options)
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
-        single = isinstance(images, str | Path | Image.Image | torch.Tensor | np.ndarray)
+        single = isinstance(images, str | Path | bytes | Image.Image | torch.Tensor | np.ndarray)
         stream = iter([images] if single else images)
         for start in itertools.count(0, batch_size):
             chunk = list(itertools.islice(stream, batch_size))

@@ -303,6 +303,12 @@ def load_coco_references(annotations_json: str | Path) -> dict[int, list[str]]:
         raise ValueError(f"{path} is not a COCO captions annotation file: {err!r}") from err
     if not refs:
         raise ValueError(f"{path} has no caption annotations")
+    blank = [i for i, captions in refs.items() if not any(c.strip() for c in captions)]
+    if blank:  # every hypothesis of such an image would score 0 against nothing, dragging each mean down
+        raise ValueError(
+            f"{path}: {len(blank)} images have only empty reference captions (e.g. image ids {blank[:5]}); "
+            "expected at least one caption with words per image"
+        )
     return refs
 
 

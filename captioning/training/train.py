@@ -55,7 +55,10 @@ def train(cfg: DictConfig) -> str:
     pl.seed_everything(cfg.seed, workers=True)
 
     # Data first: the vocabulary fixes the decoder's output size.
-    datamodule = hydra.utils.instantiate(cfg.data)
+    try:  # a data source refusing its arguments (split=bogus) is a config mistake: one line with its key
+        datamodule = hydra.utils.instantiate(cfg.data)
+    except InstantiationException as err:
+        raise ConfigError(one_line(err)) from err
     vocab = datamodule.build_vocab()
     check_vocabulary(vocab, cfg.data.min_word_count)
     with open_dict(cfg):

@@ -5,12 +5,15 @@ types the code already states (``gate: bool``, ``seed: int``, ``lr: float``). A 
 another type (``gate=maybe`` is the string 'maybe', ``batch_size=null`` is None) would otherwise be used
 as given: truthy strings switch options on, None fails deep inside the first batch. Only plain
 annotations are checked (bool, int, float, str, None and their unions); anything richer (modules,
-callables, literals) is left to the constructor.
+callables, literals) is left to the constructor, except that null is refused wherever the annotation
+does not allow None (``model.decoder.attention=null`` would otherwise fail as "'NoneType' object is not
+callable").
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -27,6 +30,19 @@ def _plain_types(annotation: Any) -> tuple[type, ...] | None:
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
     options = typing.get_args(annotation) if union else (annotation,)
     return options if options and all(o in PLAIN for o in options) else None
+
+
+def _allows_none(annotation: Any) -> bool:
+    if annotation is Any or annotation is None or annotation is type(None):
+        return True
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return union and type(None) in typing.get_args(annotation)
+
+
+def _readable(annotation: Any) -> str:
+    """``AttentionLayer | Callable[..., AttentionLayer]``: the annotation without module paths."""
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    return re.sub(r"\b(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)", r"\1", text)
 
 
 def fits(value: Any, allowed: tuple[type, ...]) -> bool:
@@ -77,6 +93,11 @@ def type_problems(node: Any, where: str) -> Iterator[str]:
         if key.startswith("_") or key not in hints or value == "???":  # ??? is filled in later
             continue
         allowed = _plain_types(hints[key])
-        if allowed is not None and not fits(value, allowed):
+        if allowed is None and value is None and not _allows_none(hints[key]):
+            yield (
+                f"{where}.{key}=null: expected {_readable(hints[key])}, which cannot be null "
+                f"(argument of {node['_target_']})"
+            )
+        elif allowed is not None and not fits(value, allowed):
             expected = " or ".join(NAMES[t] for t in allowed)
             yield f"{where}.{key}={value!r}: expected {expected} (argument of {node['_target_']})"

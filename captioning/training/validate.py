@@ -26,6 +26,12 @@ TOP_LEVEL_KEYS = frozenset(
 )  # fmt: skip
 
 
+# What conf/eval.yaml composes at the top (`captioning evaluate`).
+EVAL_KEYS = frozenset(
+    {"paths", "data", "split", "decoding", "tokenizer", "batch_size", "feature_cache", "device", "hydra"}
+)
+
+
 class ConfigError(ValueError):
     """One or more config values that cannot work, each named with the expected value."""
 
@@ -40,6 +46,43 @@ def _is_number(v: Any) -> bool:
 
 def _get(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, default=None)
+
+
+def _unknown_keys(cfg: DictConfig, known: frozenset[str]) -> list[str]:
+    unknown = sorted(set(cfg.keys()) - known)
+    if not unknown:
+        return []
+    return [f"{', '.join(unknown)}: unknown top-level key(s); expected {', '.join(sorted(known))}"]
+
+
+def _group_type_problems(cfg: DictConfig, groups: tuple[str, ...], problems: list[str]) -> list[str]:
+    """Every ``_target_`` argument below ``groups`` checked against its annotation (typecheck.py), except
+    keys ``problems`` already names (a range check said it)."""
+    found = []
+    for group in groups:
+        try:
+            node = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
+        except Exception:  # noqa: BLE001 - an interpolation that needs the Hydra run: checked when built
+            continue
+        reported = {problem.split("=", 1)[0] for problem in problems + found}
+        found.extend(p for p in type_problems(node, group) if p.split("=", 1)[0] not in reported)
+    return found
+
+
+def check_eval_config(cfg: DictConfig) -> None:
+    """``captioning evaluate``'s composed config: unknown keys, its own values' types, the data's."""
+    problems = _unknown_keys(cfg, EVAL_KEYS)
+    for key, ok, expected in (
+        ("feature_cache", isinstance(_get(cfg, "feature_cache"), bool), "a boolean"),
+        ("batch_size", _is_int(_get(cfg, "batch_size")) and _get(cfg, "batch_size") >= 1, "an integer >= 1"),
+        ("split", isinstance(_get(cfg, "split"), str), "a string (train, val or test)"),
+        ("device", isinstance(_get(cfg, "device"), str), "a string (cpu, cuda, cuda:1, mps)"),
+    ):
+        if not ok:
+            problems.append(f"{key}={_get(cfg, key)!r}: expected {expected}")
+    problems += _group_type_problems(cfg, ("data",), problems)
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -106,11 +149,7 @@ def check_config(cfg: DictConfig) -> None:
         if monitor is not None and monitor not in logged:
             known = sorted({f"val/{m}" for m in metrics if m in METRICS} | {"val/loss", "val/xent"})
             problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(known)}")
-    unknown_keys = sorted(set(cfg.keys()) - TOP_LEVEL_KEYS)
-    if unknown_keys:
-        problems.append(
-            f"{', '.join(unknown_keys)}: unknown top-level key(s); expected {', '.join(sorted(TOP_LEVEL_KEYS))}"
-        )
+    problems += _unknown_keys(cfg, TOP_LEVEL_KEYS)
     check_every = _get(cfg, "trainer.check_val_every_n_epoch")
     need(
         check_every is None or (_is_int(check_every) and check_every >= 1),
@@ -133,13 +172,7 @@ def check_config(cfg: DictConfig) -> None:
         "model.scheduler.min_lr_ratio",
         "a number in [0, 1]",
     )
-    for group in ("data", "model", "trainer", "callbacks", "logger"):
-        try:
-            node = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else None
-        except Exception:  # noqa: BLE001 - an interpolation that needs the Hydra run: checked when built
-            continue
-        reported = {problem.split("=", 1)[0] for problem in problems}  # a key's range check already said it
-        problems.extend(p for p in type_problems(node, group) if p.split("=", 1)[0] not in reported)
+    problems += _group_type_problems(cfg, ("data", "model", "trainer", "callbacks", "logger"), problems)
     model = OmegaConf.to_container(cfg.model, resolve=True)  # feature_dim: ${..encoder.out_dim} -> 112
     network = {k: v for k, v in model.items() if k in ("encoder", "decoder")}
     for where, value, lowest, highest in bad_sizes(network, "model", skip=("vocab_size",)):

@@ -1,0 +1,65 @@
+"""Helpers of the hostile-user corpus tests: stderr checks, broken checkpoints, a training run."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from captioning.checkpoints.format import CHECKPOINT_KEY
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.strip()]
+
+
+def assert_one_line(err: str, *culprits: str) -> str:
+    """The one non-blank stderr line, asserted to name every culprit and to hold no traceback."""
+    lines = error_lines(err)
+    assert len(lines) == 1, lines
+    assert "Traceback" not in err
+    for culprit in culprits:
+        assert culprit in lines[0], (culprit, lines[0])
+    return lines[0]
+
+
+def mutated(good: Path, out: Path, mutate) -> Path:
+    """A copy of checkpoint ``good`` at ``out`` with ``mutate`` applied to its loaded dict."""
+    checkpoint = torch.load(good, weights_only=True)
+    mutate(checkpoint)
+    torch.save(checkpoint, out)
+    return out
+
+
+def set_config(text: str):
+    return lambda c: c[CHECKPOINT_KEY].__setitem__("net_config", text)
+
+
+def replace_config(old: str, new: str):
+    return lambda c: c[CHECKPOINT_KEY].__setitem__(
+        "net_config", c[CHECKPOINT_KEY]["net_config"].replace(old, new)
+    )
+
+
+def poison_weights(c: dict) -> None:
+    name = next(k for k in c["state_dict"] if k.endswith("weight"))
+    c["state_dict"][name].view(-1)[0] = math.inf
+
+
+def run_train(argv: list[str], run_dir: Path, monkeypatch) -> int:
+    """``captioning-train debug=tiny ARGV`` in this process; its exit status."""
+    from captioning.training.train import main as train_main
+
+    monkeypatch.setattr(sys, "argv", ["captioning-train", "debug=tiny", *argv, f"hydra.run.dir={run_dir}"])
+    with pytest.raises(SystemExit) as info:
+        train_main()
+    return info.value.code
+
+
+def exported(good: Path, out: Path) -> Path:
+    from captioning.checkpoints.export import export_checkpoint
+
+    return export_checkpoint(good, out)
