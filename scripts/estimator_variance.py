@@ -9,7 +9,7 @@ REINFORCE term alone (entropy bonus off, dropout off, the moving-average baselin
 equilibrium on the batch: the mean sampled reward, per caption or per token) is differentiated with respect to the attention layer's parameters. Reported per
 estimator: the total variance of that gradient (the sum over parameters of the per-parameter variance
 across repeats) and the norm of its mean. All estimators are unbiased for the same gradient (derivations
-in ``captioning/models/attention/hard.py`` and ``estimators.py``), so lower variance is strictly better.
+in ``captioning/models/attention/reinforce.py`` and ``estimators.py``), so lower variance is strictly better.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from captioning.data.images import image_to_tensor, load_rgb
 from captioning.data.readers import read_flickr8k
 from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
-from captioning.models.attention.hard import ReinforceHardAttention
+from captioning.models.attention.reinforce import ReinforceHardAttention
 
 ESTIMATORS = {  # name -> (credit, baseline, K samples per caption)
     "caption reward, no baseline": ("caption", "none", 1),

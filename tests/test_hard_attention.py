@@ -21,7 +21,8 @@ from captioning.models.attention.estimators import (
     reward_to_go,
     score_function_surrogate,
 )
-from captioning.models.attention.hard import GumbelHardAttention, ReinforceHardAttention
+from captioning.models.attention.gumbel import GumbelHardAttention
+from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.models.decoders.base import shift_inputs
 from captioning.training.callbacks.grad_norm import AttentionGradNorm
 from captioning.training.train import train

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from captioning.models.attention.dot import DotAttention, ScaledDotAttention
-from captioning.models.attention.hard import GumbelHardAttention, ReinforceHardAttention
+from captioning.models.attention.gumbel import GumbelHardAttention
 from captioning.models.attention.multihead import MultiHeadAttention
+from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.models.attention.soft import AdditiveAttention
 from captioning.models.captioner import CaptionModel
 from captioning.models.decoders.lstm import LSTMDecoder
@@ -43,6 +44,9 @@ LEGACY_NAMES: dict[str, str] = {
     "captioning.models.captioner.Captioner": "captioning.models.captioner.CaptionModel",
     # Lite0-only before Lite1/2 (the same modules and defaults: variant lite0).
     "captioning.models.encoders.EfficientNetLite0Encoder": "captioning.models.encoders.EfficientNetLiteEncoder",
+    # Both hard-attention layers lived in attention/hard.py before each got its own module.
+    "captioning.models.attention.hard.ReinforceHardAttention": "captioning.models.attention.reinforce.ReinforceHardAttention",
+    "captioning.models.attention.hard.GumbelHardAttention": "captioning.models.attention.gumbel.GumbelHardAttention",
 }
 
 

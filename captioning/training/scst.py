@@ -49,7 +49,7 @@ from captioning.metrics.cider import CiderD
 from captioning.models.attention.estimators import (
     leave_one_out_baseline,  # the same baseline as K-sample REINFORCE
 )
-from captioning.models.attention.hard import ReinforceHardAttention
+from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.training.lit_module import CaptionLitModule
 
 
