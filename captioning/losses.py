@@ -16,7 +16,7 @@ from captioning.models.decoders.base import Decoder, DecoderOutput
 class LossTerms:
     loss: Tensor  # what is minimised
     xent: Tensor  # mean cross-entropy per target token (nats)
-    attention_reg: Tensor  # λ Σ_i (1 - Σ_t α_ti)², averaged over the batch
+    attention_reg: Tensor  # λ Σ_i (1 - Σ_t α_ti)² averaged over the batch, + λ_E H(α_t) per token
     logs: dict[str, Tensor] = field(default_factory=dict)  # decoder-specific diagnostics
 
 
@@ -27,6 +27,12 @@ def doubly_stochastic(alphas: Tensor, token_mask: Tensor) -> Tensor:
     """
     coverage = (alphas * token_mask.unsqueeze(-1)).sum(1)  # (B, L)
     return ((1.0 - coverage) ** 2).sum(-1)  # (B,)
+
+
+def attention_entropy(alphas: Tensor, token_mask: Tensor) -> Tensor:
+    """Mean H(α_t) = −Σ_i α_ti log α_ti over the real target tokens: alphas (B, T, L) -> ()."""
+    entropy = -(alphas * alphas.clamp_min(1e-12).log()).sum(-1)  # (B, T); 0·log 0 = 0
+    return (entropy * token_mask).sum() / token_mask.sum().clamp_min(1.0)
 
 
 def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder) -> LossTerms:
@@ -51,5 +57,7 @@ def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder) -> Lo
     xent = -(token_logp * token_mask).sum() / token_mask.sum().clamp_min(1.0)
     alpha_c = decoder.alpha_c  # the decoder's own weight: eq. 14 is a term of its attention
     reg = alpha_c * doubly_stochastic(output.alphas, token_mask).mean() if alpha_c else xent.new_zeros(())
+    if decoder.entropy_c:  # a sharpness penalty on α (LSTMDecoder's docstring)
+        reg = reg + decoder.entropy_c * attention_entropy(output.alphas, token_mask)
     aux, logs = decoder.auxiliary_loss(output, token_logp.detach(), token_mask, targets)
     return LossTerms(loss=xent + reg + aux, xent=xent, attention_reg=reg, logs=logs)

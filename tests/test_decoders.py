@@ -1,11 +1,16 @@
 """Every decoder option in conf/model/decoder is built from its config and checked the same way."""
 
+import math
+from functools import partial
+
 import pytest
 import torch
 
 from captioning.decoding import greedy
-from captioning.losses import caption_loss, doubly_stochastic
+from captioning.losses import attention_entropy, caption_loss, doubly_stochastic
+from captioning.models.attention.soft import AdditiveAttention
 from captioning.models.decoders.base import shift_inputs
+from captioning.models.decoders.lstm import LSTMDecoder
 from captioning.models.position import sinusoidal_2d
 
 from conftest import DECODERS
@@ -132,3 +137,28 @@ def test_alpha_c_weights_the_eq_14_term_of_the_loss():
     mask = (targets != 0).float()
     torch.testing.assert_close(terms.attention_reg, 2.0 * doubly_stochastic(out.alphas, mask).mean())
     torch.testing.assert_close(terms.loss, terms.xent + terms.attention_reg)
+
+
+def test_entropy_c_adds_the_per_token_attention_entropy_and_its_gradient_sharpens():
+    alphas = torch.tensor([[[0.5, 0.5], [1.0, 0.0], [0.3, 0.7]]])  # (B=1, T=3, L=2)
+    mask = torch.tensor([[1.0, 1.0, 0.0]])  # the third step is padding
+    torch.testing.assert_close(
+        attention_entropy(alphas, mask), torch.tensor(math.log(2) / 2)
+    )  # (ln 2 + 0) / 2
+    net = build_net("soft", V).eval()
+    features, tokens = random_batch(net, batch=2, steps=5, vocab_size=V)
+    inputs, targets = shift_inputs(tokens)
+    net.decoder.entropy_c = 0.5
+    out = net.decoder(features, inputs)
+    terms = caption_loss(out, targets, net.decoder)
+    token_mask = (targets != 0).float()
+    torch.testing.assert_close(terms.attention_reg, 0.5 * attention_entropy(out.alphas, token_mask))
+    before = attention_entropy(out.alphas, token_mask).item()
+    terms.attention_reg.backward()  # the penalty alone: one descent step lowers the entropy
+    with torch.no_grad():
+        for p in net.decoder.parameters():
+            if p.grad is not None:
+                p -= 0.5 * p.grad
+    assert attention_entropy(net.decoder(features, inputs).alphas, token_mask).item() < before
+    with pytest.raises(ValueError, match="entropy_c=-1 must be >= 0"):
+        LSTMDecoder(partial(AdditiveAttention, attention_dim=4), vocab_size=V, feature_dim=8, entropy_c=-1)

@@ -37,6 +37,7 @@ class Decoder(nn.Module):
     vocab_size: int
     feature_dim: int
     alpha_c: float = 0.0  # λ of the doubly stochastic attention regulariser (eq. 14); LSTMs set it
+    entropy_c: float = 0.0  # λ_E of the attention-entropy penalty (per target token); LSTMs set it
 
     def start_training_batch(self) -> None:
         """Called once before each training batch (by the LightningModule): advance per-batch state

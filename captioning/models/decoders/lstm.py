@@ -37,11 +37,15 @@ class LSTMDecoder(Decoder):
         gate: bool = True,
         position_dim: int = 32,
         alpha_c: float = 1.0,
+        entropy_c: float = 0.0,
     ):
         """``attention``: a layer, or (as the configs give it, ``_partial_: true``) a factory that takes
         ``feature_dim`` and ``query_dim``: the decoder supplies them, so no config repeats them.
         ``alpha_c``: λ of the doubly stochastic regulariser (eq. 14) on this decoder's attention; hard
-        attention sets 0, since eq. 14 pulls α towards uniform, against a policy that must commit."""
+        attention sets 0, since eq. 14 pulls α towards uniform, against a policy that must commit.
+        ``entropy_c``: λ_E of an attention-entropy penalty λ_E · H(α_t) per target token (not in the
+        paper; 0 = off): it pulls each α_t towards few cells, so the cell a word is read from is also the
+        attention's peak (what an overlay shows and the grounding metric scores)."""
         super().__init__()
         # The attention and the LSTM read each location as [a_i; PE(row_i, col_i)]: a CNN's features are
         # (nearly) translation-equivariant, so a context Σ α_i a_i says *what* was attended but hardly
@@ -62,6 +66,9 @@ class LSTMDecoder(Decoder):
         if alpha_c < 0:
             raise ValueError(f"LSTMDecoder: alpha_c={alpha_c} must be >= 0 (the weight of eq. 14)")
         self.alpha_c = alpha_c
+        if entropy_c < 0:
+            raise ValueError(f"LSTMDecoder: entropy_c={entropy_c} must be >= 0 (the weight of a penalty)")
+        self.entropy_c = entropy_c
         self.vocab_size, self.feature_dim, self.grid_dim = vocab_size, feature_dim, grid_dim
         self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, embed_dim)
