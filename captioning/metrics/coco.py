@@ -306,7 +306,7 @@ def load_coco_references(annotations_json: str | Path) -> dict[int, list[str]]:
     blank = [i for i, captions in refs.items() if not any(c.strip() for c in captions)]
     if blank:  # every hypothesis of such an image would score 0 against nothing, dragging each mean down
         raise ValueError(
-            f"{path}: {len(blank)} images have only empty reference captions (e.g. image ids {blank[:5]}); "
+            f"{path}: {len(blank)} image(s) with only empty reference captions (e.g. image ids {blank[:5]}); "
             "expected at least one caption with words per image"
         )
     return refs
