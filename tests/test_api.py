@@ -128,7 +128,7 @@ def test_lightning_load_from_checkpoint_rebuilds_the_module(ckpt):
         assert torch.equal(a, b), name
 
 
-def test_cli_takes_folders_and_globs_and_reports_an_unwritable_overlay_after_the_captions(
+def test_cli_takes_folders_and_globs_and_refuses_an_unwritable_overlay_before_decoding(
     ckpt, tmp_path, capsys
 ):
     folder = tmp_path / "photos"
@@ -147,8 +147,8 @@ def test_cli_takes_folders_and_globs_and_reports_an_unwritable_overlay_after_the
         ["caption", str(folder / "p0.png"), "--checkpoint", str(ckpt), "--overlay", str(blocked / "o.png")]
     )
     out, err = capsys.readouterr()
-    assert code == 1 and out.startswith(str(folder / "p0.png"))  # the caption is printed all the same
-    assert f"{blocked / 'o.png'}: cannot write the overlay" in err
+    assert code == 2 and out == ""  # refused before any image is decoded: nothing is lost
+    assert f"--overlay {blocked / 'o.png'}: cannot create the folder {blocked}" in err
 
 
 def test_version_flag(capsys):

@@ -51,7 +51,7 @@ def test_good_checkpoint_round_trips_weights_vocab_and_decoding(good: Path) -> N
 @pytest.mark.parametrize(
     ("content", "fragment"),
     [
-        (b"", "not a readable checkpoint"),
+        (b"", "the file is empty (0 bytes)"),
         (b"\x00" * 64, "not a readable checkpoint"),
         (b"model: soft\nhidden_dim: 16\n", "not a readable checkpoint"),
         (b'{"state_dict": {}}', "not a readable checkpoint"),

@@ -29,7 +29,14 @@ def write_decoding_defaults(path: str | Path, options: dict[str, Any]) -> dict[s
         meta = {**meta, "decoding": decoding}
         if (meta.get("provenance") or {}).get("dtype") == "float16":  # read back as float32: store as written
             state = half_floats(state)
-        os.replace(write_partial(state, meta, path, path.stat().st_mode & 0o777), path)  # same permissions
+        tmp = write_partial(state, meta, path, path.stat().st_mode & 0o777)  # same permissions
+        try:
+            os.replace(tmp, path)
+        except OSError as err:  # e.g. a file the user may read but not replace: leave no .partial
+            tmp.unlink(missing_ok=True)
+            raise OSError(
+                f"{path}: cannot store the decoding defaults there ({err.strerror or err}); it is unchanged"
+            ) from err
     else:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         checkpoint[CHECKPOINT_KEY]["decoding"] = decoding

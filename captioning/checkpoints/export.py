@@ -30,11 +30,14 @@ MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header s
 
 
 def is_export(path: Path) -> bool:
-    """A safetensors file (by suffix, or by its header's shape)."""
-    if path.suffix == ".safetensors":
-        return True
+    """A safetensors file: by its header's shape, or by suffix unless the bytes are a torch checkpoint
+    (a zip archive or a pickle: a training checkpoint renamed ``.safetensors`` still loads as one)."""
     with open(path, "rb") as f:
         head = f.read(MAGIC_OFFSET + 1)
+    if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch's zip format, a legacy pickle
+        return False
+    if path.suffix == ".safetensors":
+        return True
     return len(head) == MAGIC_OFFSET + 1 and head[MAGIC_OFFSET : MAGIC_OFFSET + 1] == b"{"
 
 
@@ -53,6 +56,11 @@ def export_checkpoint(
         raise CheckpointError(f"{out}: is a folder; expected the path of the export file to write")
     if checkpoint_path.is_file() and is_export(checkpoint_path):
         raise CheckpointError(f"{checkpoint_path}: is already a weights-only export (copy it instead)")
+    if out.is_file() and out.stat().st_size and not is_export(out):  # its optimizer state would be lost
+        raise CheckpointError(
+            f"{out}: exists and is not a weights-only export (a training checkpoint?); refusing to replace "
+            "it: choose another path for the export"
+        )
     checkpoint = read_checkpoint(checkpoint_path)  # read once: checked and exported from the same dict
     state, meta = checkpoint_parts(checkpoint, checkpoint_path)
     build_captioner(state, meta, checkpoint_path)  # everything loading checks, naming the source

@@ -73,11 +73,14 @@ def _check_targets(node: Any, path: Path, where: str = "net_config") -> None:
 
 
 def _torch_load_reason(err: BaseException) -> str:
-    """The informative part of a torch.load error, minus torch's advice to retry with weights_only=False."""
+    """The informative part of a torch.load error, minus torch's advice to retry with weights_only=False
+    (which would let the file run code, and is no cure for bytes that are not a checkpoint)."""
     text = str(err)
     if "WeightsUnpickler error:" in text:
         text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
-    return " ".join(text.split())[:300] or type(err).__name__
+    sentences = re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
+    kept = [s for s in sentences if "weights_only" not in s and "Check the documentation" not in s]
+    return " ".join(kept)[:300] or type(err).__name__
 
 
 def check_checkpoint_file(path: Path) -> None:
@@ -90,6 +93,8 @@ def check_checkpoint_file(path: Path) -> None:
         )
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path}: the file is empty (0 bytes); expected a checkpoint file")
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
@@ -99,7 +104,8 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         with warnings.catch_warnings():  # torch warns about legacy formats before refusing: one line is ours
             warnings.simplefilter("ignore")
-            checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+            with open(path, "rb") as f:  # a file object: torch.load would pick a reader by the suffix
+                checkpoint = torch.load(f, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         # The weights-only unpickler names each callable it blocks as "GLOBAL module.name"; any other
         # unpickling failure means the bytes are not a torch checkpoint at all.
@@ -226,6 +232,21 @@ def _packaged_encoder_state(net: CaptionModel, record: Any, path: Path) -> dict:
     return {f"encoder.{k}": v for k, v in net.encoder.state_dict().items()}
 
 
+def _check_tensors(state: dict, path: Path) -> None:
+    """Dense tensors with data (a meta tensor has none, a sparse one no dense layout to load into), and
+    BatchNorm variances that are not negative: a finite negative variance makes every feature NaN."""
+    for name, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"{path}: entry {name} is a {type(tensor).__name__}, not a tensor")
+        if tensor.is_meta or tensor.layout != torch.strided:
+            kind = "on the meta device (no data)" if tensor.is_meta else f"{tensor.layout} (not dense)"
+            raise CheckpointError(f"{path}: tensor {name} is {kind}; expected dense tensors with values")
+        if name.endswith("running_var") and tensor.is_floating_point() and bool((tensor < 0).any()):
+            raise CheckpointError(
+                f"{path}: tensor {name} has negative values; a BatchNorm variance cannot be negative"
+            )
+
+
 def _check_dtypes(state: dict, net: CaptionModel, path: Path) -> None:
     """load_state_dict casts silently: refuse integer or boolean tensors where the network has floating
     point ones (and the reverse), which would load as garbage weights."""
@@ -277,6 +298,7 @@ def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCaptioner:
         raise CheckpointError(
             f"{path}: the vocabulary has {len(vocab)} words but the decoder was built for {net.decoder.vocab_size}"
         )
+    _check_tensors(state, path)
     bad = non_finite_tensors(state)
     if bad:
         raise CheckpointError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -69,6 +70,13 @@ def check_overlay_target(out: Path, inputs: list[Path], overlays: list[Path]) ->
     clash = next((p for p in inputs if p.resolve() in targets), None)
     if clash is not None:
         return f"--overlay {out}: would overwrite the input image {clash}; choose another path"
+    for folder in dict.fromkeys(p.parent for p in overlays):  # before any image is decoded
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return f"--overlay {out}: cannot create the folder {folder} ({e.strerror or e})"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"--overlay {out}: the folder {folder} is not writable"
     return None
 
 
@@ -136,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import CheckpointError
     from captioning.data.images import ImageError, image_to_tensor, load_rgb
     from captioning.decoding.config import check_option
-    from captioning.inference.captioner import Captioner
+    from captioning.inference.captioner import Captioner, NonFiniteScores
 
     err = lambda message: print(f"error: {message}", file=sys.stderr)  # noqa: E731
     if args.seed is not None and not 0 <= args.seed < 2**63:
@@ -197,22 +205,29 @@ def run(args: argparse.Namespace) -> int:
         batch = [item for _, item in zip(range(args.batch_size), stream)]
         if not batch:
             break
-        results = model.caption(
-            [tensor for _, (tensor, _) in batch], batch_size=args.batch_size, seed=args.seed, **options
-        )
+        try:
+            results = model.caption(
+                [tensor for _, (tensor, _) in batch], batch_size=args.batch_size, seed=args.seed, **options
+            )
+        except NonFiniteScores as e:  # broken weights: NaN scores are no caption, for every image
+            for i, _ in batch:
+                err(f"{_printable(str(paths[i]))}: {e.reason}")
+            failures["images"] += len(batch)
+            continue
         for (i, (_, image)), result in zip(batch, results):
             result.image = str(paths[i])
-            if args.json:
-                print(json.dumps(result.to_json()), flush=True)
-            else:
-                extra = f"\t(overlay: {_printable(str(overlays[i]))})" if overlays else ""
-                print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
-            if overlays:  # after the caption is printed: an unwritable path loses nothing
+            written = None
+            if overlays:  # an unwritable path loses no caption: the line is printed either way
                 try:
-                    result.overlay(image, overlays[i])
+                    written = result.overlay(image, overlays[i]) and overlays[i]
                 except (OSError, ValueError) as e:
                     err(f"{overlays[i]}: cannot write the overlay: {getattr(e, 'strerror', None) or e}")
                     failures["overlays"] += 1
+            if args.json:
+                print(json.dumps(result.to_json()), flush=True)
+            else:
+                extra = f"\t(overlay: {_printable(str(written))})" if written else ""
+                print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
         del batch, results
     if failures["overlays"]:
         print(f"{failures['overlays']} overlays could not be written", file=sys.stderr)

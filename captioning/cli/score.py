@@ -41,6 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     """Score ``args.results``; print the table, write ``args.out`` if given. Returns the exit status."""
+    from captioning.data.files import write_text_atomically
     from captioning.metrics.coco import evaluate_results, load_coco_references, load_results
     from captioning.metrics.report import format_report
 
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         payload = {**report.to_dict(), "results": str(args.results), "references": str(args.references)}
         try:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(payload, indent=2) + "\n")
+            write_text_atomically(args.out, json.dumps(payload, indent=2) + "\n")  # no empty file if it fails
         except OSError as err:
             print(
                 f"captioning score: error: {args.out}: cannot write the scores ({err.strerror or err})",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -51,6 +52,23 @@ def _table(rows, chosen) -> str:
     return "\n".join(lines)
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """``--out`` must be a file path whose folder can be written; ``--write`` needs a replaceable
+    checkpoint (its folder holds the temp file)."""
+    if args.out is not None:
+        if args.out.is_dir():
+            raise ValueError(f"--out {args.out}: is a folder; expected the path of the JSON file to write")
+        folder = next((p for p in [args.out.parent, *args.out.parent.parents] if p.exists()), Path("."))
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"--out {args.out}: {folder} is not writable")
+    if args.write and args.checkpoint.is_file():
+        folder = args.checkpoint.parent
+        if not (os.access(args.checkpoint, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)):
+            raise ValueError(
+                f"--write: {args.checkpoint} cannot be replaced (it or its folder is not writable)"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.defaults import write_decoding_defaults
     from captioning.checkpoints.load import load_captioner
@@ -60,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.inference.evaluation import build_source, decode_source
     from captioning.inference.tuning import SplitScorer, best, grid, held_out, score_setting
     from captioning.training.config import compose_config
+    from captioning.training.validate import check_eval_config
 
     try:
         settings = grid(
@@ -71,7 +90,11 @@ def run(args: argparse.Namespace) -> int:
             for name, value in options.items():
                 check_option(name, value)
         cfg, choices = compose_config("eval", ["split=val", *args.overrides])
+        check_eval_config(cfg)
+        _check_outputs(args)  # before the grid runs: an unusable --out or --write would lose it all
         source = build_source(cfg.data, cfg.split)
+        if len(source) < 2:  # the choice is checked on a held-out half: each half needs an image
+            raise ValueError(f"the {cfg.split} split has {len(source)} image(s); tuning needs at least 2")
         model = load_captioner(args.checkpoint)
         encoder = model.net.encoder
         frozen = not any(p.requires_grad for p in encoder.parameters())

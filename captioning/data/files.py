@@ -1,8 +1,13 @@
-"""Reading a text file the user gave, with one clear error when it is not UTF-8."""
+"""Reading a text file the user gave, with one clear error when it is not UTF-8; writing an output file
+whole or not at all."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 
 def read_utf8_text(path: Path, error: type[Exception] = ValueError) -> str:
@@ -17,3 +22,24 @@ def read_utf8_text(path: Path, error: type[Exception] = ValueError) -> str:
             f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}, line {line}); "
             "expected a UTF-8 file (re-encode it, e.g. iconv -f latin1 -t utf-8)"
         ) from None
+
+
+def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """``write(f)`` into a temp file beside ``path``, then renamed over it: a failure (a full disk) leaves
+    ``path`` as it was (no empty or half-written file) and raises the OSError."""
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.partial")
+    try:
+        with open(temp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    write_atomically(path, lambda f: f.write(text.encode("utf-8")))

@@ -6,10 +6,12 @@ The pixel limit is checked from the header, before any pixel is decoded, so a ti
 
 from __future__ import annotations
 
+import io
 import logging
 import struct
 import warnings
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -30,7 +32,7 @@ class ImageError(ValueError):
     """An image file that cannot be used, with its path and the reason."""
 
 
-def _upright(img: Image.Image, path: Path) -> Image.Image:
+def _upright(img: Image.Image, path: Path | str) -> Image.Image:
     """Apply the EXIF orientation; broken EXIF metadata leaves the (readable) pixels as stored."""
     try:
         return ImageOps.exif_transpose(img)
@@ -55,28 +57,43 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
         raise ImageError(f"{path}: not a regular file (a pipe, device or socket), so not an image file")
     if path.stat().st_size == 0:
         raise ImageError(f"{path}: the file is empty (0 bytes)")
+    return _decode(path, str(path), max_pixels)
+
+
+def decode_rgb(data: bytes | BinaryIO, name: str = "image", max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """An image file's bytes, or an open binary file, as upright RGB with ``load_rgb``'s checks; errors
+    name ``name``."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        if not len(data):
+            raise ImageError(f"{name}: the image data is empty (0 bytes)")
+        data = io.BytesIO(bytes(data))
+    return _decode(data, name, max_pixels)
+
+
+def _decode(source: Path | BinaryIO, name: str, max_pixels: int) -> Image.Image:
+    """``source`` (a path or a binary file) decoded and checked; every error names ``name``."""
     try:
         # Pillow reports damaged metadata it skips (corrupt EXIF, a bad ICC block) as bare two-line
         # UserWarnings naming neither the file nor the consequence: caught here, logged as one line each.
-        with warnings.catch_warnings(record=True) as caught, Image.open(path) as img:
+        with warnings.catch_warnings(record=True) as caught, Image.open(source) as img:
             warnings.simplefilter("always")
             if img.width * img.height > max_pixels:
                 raise ImageError(
-                    f"{path}: {img.width}×{img.height} pixels is more than the {max_pixels:,} allowed"
+                    f"{name}: {img.width}×{img.height} pixels is more than the {max_pixels:,} allowed"
                 )
             img.load()  # decode now: a corrupt pixel stream must fail here, not be half-read later
-            rgb = to_rgb(_upright(img, path), name=str(path))
+            rgb = to_rgb(_upright(img, name), name=name)
         for message in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
-            _log.warning("%s: %s (metadata ignored, the pixels are read as stored)", path, message)
+            _log.warning("%s: %s (metadata ignored, the pixels are read as stored)", name, message)
         return rgb
     except ImageError:
         raise
     except Image.DecompressionBombError as err:  # Pillow's own limit, hit while reading some headers
         raise ImageError(
-            f"{path}: refused, too many pixels: more than the {max_pixels:,} allowed ({err})"
+            f"{name}: refused, too many pixels: more than the {max_pixels:,} allowed ({err})"
         ) from err
     except _DECODE_ERRORS as err:
-        raise ImageError(f"{path}: not a readable image ({type(err).__name__}: {err})") from err
+        raise ImageError(f"{name}: not a readable image ({type(err).__name__}: {err})") from err
 
 
 def _to_8bit(img: Image.Image, name: str = "image") -> Image.Image:

@@ -67,3 +67,16 @@ class Vocab:
                     f"vocabulary word {i} is {word!r:.40}; expected a non-empty string without whitespace"
                 )
         return cls(data["itos"])
+
+
+def vocabulary_difference(theirs: Sequence[str], mine: Sequence[str]) -> str:
+    """How a saved vocabulary (``theirs``) differs from this run's (``mine``), for an error message: the
+    sizes, whether the words are the same in another order, and the first id where they part."""
+    first = next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))
+    there = repr(theirs[first]) if first < len(theirs) else "nothing"
+    here = repr(mine[first]) if first < len(mine) else "nothing"
+    if sorted(theirs) == sorted(mine):
+        kind = f"the same {len(mine)} words in another order"
+    else:
+        kind = f"{len(theirs)} words against this run's {len(mine)}"
+    return f"{kind}, first apart at id {first} ({there} there, {here} here)"

@@ -14,23 +14,38 @@ its n-best list (``candidates``) when ``num_return_sequences > 1``.
 
 from __future__ import annotations
 
+import io
 import itertools
+import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 from PIL import Image
 
 from captioning.checkpoints.load import LoadedCaptioner, load_captioner
-from captioning.data.images import image_to_tensor, load_rgb, to_rgb
+from captioning.data.files import write_atomically
+from captioning.data.images import decode_rgb, image_to_tensor, load_rgb, to_rgb
 from captioning.decoding import GenerationConfig, decode_captions
 
-ImageInput = str | Path | bytes | Image.Image | torch.Tensor | np.ndarray  # bytes: a path, as os.fsencode
+# bytes: a path (os.fsencode) or, with a NUL byte no path can hold, an image file's encoded bytes;
+# a binary file object (open(..., "rb"), io.BytesIO) is read as an encoded image too.
+ImageInput = str | Path | bytes | BinaryIO | Image.Image | torch.Tensor | np.ndarray
+SINGLE = (str, Path, bytes, bytearray, Image.Image, torch.Tensor, np.ndarray, io.IOBase)
+NON_FINITE = "the network's scores are not finite (NaN/inf): the checkpoint's weights are broken"
+
+
+class NonFiniteScores(ValueError):
+    """A decoded caption whose scores are NaN/inf: broken weights, not a caption."""
+
+    def __init__(self, name: str):
+        super().__init__(f"{name}: {NON_FINITE}")
+        self.reason = NON_FINITE
 
 
 @dataclass
@@ -71,9 +86,11 @@ class CaptionResult:
             as_pil(image), self.tokens, self.attention.reshape(t, h * w), (h, w),
             caption=self.caption, score=self.score, **options,
         )  # fmt: skip
-        if path is not None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            picture.save(path)
+        if path is not None:  # whole or not at all: a full disk leaves no empty PNG behind
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            image_format = Image.registered_extensions().get(path.suffix.lower())
+            write_atomically(path, lambda f: picture.save(f, format=image_format))
         return picture
 
 
@@ -89,8 +106,12 @@ def as_pil(image: ImageInput) -> Image.Image:
 
 
 def _as_pil(image: ImageInput) -> Image.Image:
-    if isinstance(image, bytes):  # a path as the os module takes it (not encoded image data)
-        return load_rgb(os.fsdecode(image))
+    if isinstance(image, bytes | bytearray):
+        if b"\0" in image:  # no path holds a NUL byte, and every image format's header does
+            return decode_rgb(bytes(image), name=f"<{len(image)} bytes of image data>")
+        return load_rgb(os.fsdecode(bytes(image)))
+    if isinstance(image, io.IOBase) or (hasattr(image, "read") and not isinstance(image, Image.Image)):
+        return decode_rgb(image, name=getattr(image, "name", None) or f"<{type(image).__name__}>")
     if isinstance(image, str | Path):
         return load_rgb(image)
     if isinstance(image, Image.Image):
@@ -122,6 +143,10 @@ def _as_pil(image: ImageInput) -> Image.Image:
         array = (array.float().clamp(0, 1) * 255).round().byte() if array.is_floating_point() else array
         return Image.fromarray(array.expand(3, -1, -1).permute(1, 2, 0).numpy().astype(np.uint8))
     if isinstance(image, np.ndarray):
+        if image.dtype.kind not in "biuf":  # objects, strings, complex: no pixel values
+            raise ValueError(
+                f"an image array of dtype {image.dtype} cannot be pixels; expected uint8 or floats in [0, 1]"
+            )
         shape_ok = image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (1, 3, 4))
         if shape_ok and image.size and image.dtype != np.uint8 and image.dtype.kind in "biuf":  # as a tensor:
             if image.dtype.kind == "u":  # torch has no min/max for uint16/32/64
@@ -136,7 +161,10 @@ def _as_pil(image: ImageInput) -> Image.Image:
                 Image.fromarray(image.squeeze(-1) if image.ndim == 3 and image.shape[2] == 1 else image)
             )
         raise ValueError(f"an image array must be (H, W) or (H, W, 3), got {image.shape}")
-    raise TypeError(f"cannot caption a {type(image).__name__}: give a path, PIL image, tensor or array")
+    raise TypeError(
+        f"cannot caption a {type(image).__name__}: give a path, PIL image, tensor, array, binary file or "
+        "image bytes"
+    )
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -155,8 +183,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def _name(image: ImageInput, index: int) -> str:
-    if isinstance(image, bytes):
-        return os.fsdecode(image)
+    if isinstance(image, bytes | bytearray) and b"\0" not in image:
+        return os.fsdecode(bytes(image))
     return str(image) if isinstance(image, str | Path) else f"<input {index}>"
 
 
@@ -208,8 +236,12 @@ class Captioner:
         config = self.generation_config(**options)
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
-        single = isinstance(images, str | Path | bytes | Image.Image | torch.Tensor | np.ndarray)
-        stream = iter([images] if single else images)
+        if images is None or isinstance(images, Mapping):
+            raise TypeError(
+                f"cannot caption a {type(images).__name__}: give a path, PIL image, tensor, array, binary "
+                "file or image bytes, or a list of them"
+            )
+        stream = iter([images] if isinstance(images, SINGLE) else images)
         for start in itertools.count(0, batch_size):
             chunk = list(itertools.islice(stream, batch_size))
             if not chunk:
@@ -242,6 +274,8 @@ class Captioner:
                 for c in decoded[i * n : (i + 1) * n]
             ]
             best = candidates[0]
+            if not all(math.isfinite(c.score) for c in candidates):
+                raise NonFiniteScores(best.image)
             best.candidates = candidates
             results.append(best)
         return results

@@ -75,12 +75,14 @@ class CaptionLitModule(pl.LightningModule):
         step counters then start from zero, and a learned baseline's value head (``value_head``, the one
         parameter set that belongs to the estimator, not the captioner) from its initialisation."""
         from captioning.checkpoints.load import CheckpointError, load_captioner
+        from captioning.data.vocab import vocabulary_difference
 
         loaded = load_captioner(path)
         if loaded.vocab.itos != self.vocab.itos:
             raise CheckpointError(
-                f"init_from={path}: its vocabulary ({len(loaded.vocab)} words) is not this run's "
-                f"({len(self.vocab)} words); start from a checkpoint trained on the same data"
+                f"init_from={path}: its vocabulary is not this run's "
+                f"({vocabulary_difference(loaded.vocab.itos, self.vocab.itos)}); start from a checkpoint "
+                "trained on the same data"
             )
         mine, theirs = type(self.net.decoder).__name__, type(loaded.net.decoder).__name__
         fresh = {name for name, _ in self.net.named_buffers()} | {

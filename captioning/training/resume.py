@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import read_checkpoint
 from captioning.checkpoints.save import non_finite_tensors
+from captioning.data.vocab import vocabulary_difference
 
 LAST = "last"
 
@@ -98,13 +99,9 @@ def check_resume_matches(ckpt_path: str | Path, vocab: dict, net_config: str) ->
     meta = checkpoint[CHECKPOINT_KEY]
     saved_words, words = list(meta.get("vocab", {}).get("itos", [])), list(vocab["itos"])
     if saved_words != words:
-        first = next(
-            (i for i, (a, b) in enumerate(zip(saved_words, words)) if a != b),
-            min(map(len, (saved_words, words))),
-        )
         raise ResumeError(
-            f"{ckpt_path}: its vocabulary ({len(saved_words)} words) differs from the one built from this "
-            f"run's data ({len(words)} words), first at id {first}; resume with the original data config"
+            f"{ckpt_path}: its vocabulary differs from the one built from this run's data "
+            f"({vocabulary_difference(saved_words, words)}); resume with the original data config"
         )
     differences = _config_differences(meta.get("net_config"), net_config)
     if differences:

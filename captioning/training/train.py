@@ -19,6 +19,7 @@ import pytorch_lightning as pl  # noqa: E402
 from hydra.errors import InstantiationException  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
 from pytorch_lightning.loggers import WandbLogger  # noqa: E402
+from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
@@ -43,6 +44,18 @@ def finish_runs(loggers: list) -> None:
     for logger in loggers:
         if isinstance(logger, WandbLogger):
             logger.experiment.finish()  # a no-op dummy on DDP ranks other than 0
+
+
+class StoppedBySignal(Exception):
+    """The run was stopped by SIGTERM before it finished (exit status 143, as for a process killed by it)."""
+
+
+def _raised_by_lightning(err: BaseException) -> bool:
+    """True when the innermost frame of ``err`` is Lightning's own code (a setting it refuses), not ours."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}pytorch_lightning{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
 def train(cfg: DictConfig) -> str:
@@ -83,7 +96,19 @@ def train(cfg: DictConfig) -> str:
         raise ConfigError(one_line(err)) from err  # "trainer: ..." (the key comes with it)
 
     # weights_only: resuming never unpickles code either (the checkpoint holds tensors and plain data).
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    try:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except SIGTERMException:
+        pass  # reported below, as when Lightning stops gracefully
+    except ValueError as err:  # settings Lightning checks only once the data are known
+        if not _raised_by_lightning(err):
+            raise
+        raise ConfigError(f"trainer: {one_line(err)}") from err
+    if trainer.received_sigterm:  # a stop is not a finished run: say so, with how to go on
+        raise StoppedBySignal(
+            f"stopped by SIGTERM at step {trainer.global_step}; resume with ckpt_path=last "
+            f"(checkpoints in {Path(cfg.output_dir) / 'checkpoints'})"
+        )
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     last = last_checkpoint_path(cfg.output_dir)
     if not best and last.is_file():  # no validation ran (max_steps before the first, limit_val_batches=0)
@@ -102,6 +127,9 @@ def train(cfg: DictConfig) -> str:
 def main(cfg: DictConfig) -> None:
     try:
         best = train(cfg)
+    except StoppedBySignal as err:
+        print(f"captioning-train: {err}", file=sys.stderr, flush=True)
+        sys.exit(143)
     except Exception as err:  # a user's mistake is one line and exit status 2; a bug keeps its traceback
         if not is_user_error(err):
             raise

@@ -93,6 +93,8 @@ def check_config(cfg: DictConfig) -> None:
         if not ok:
             problems.append(f"{key}={_get(cfg, key)!r}: expected {expected}")
 
+    run_test = _get(cfg, "run_test")  # "no" is a truthy string: it would run the test split
+    need(run_test is None or isinstance(run_test, bool), "run_test", "a boolean (true or false)")
     seed = _get(cfg, "seed")
     need(_is_int(seed) and 0 <= seed < 2**32, "seed", "an integer in [0, 2**32)")
     size = _get(cfg, "data.image_size")
@@ -139,10 +141,14 @@ def check_config(cfg: DictConfig) -> None:
         GenerationConfig.from_dict(OmegaConf.to_container(cfg.model.decoding), where="model.decoding")
     except (ValueError, TypeError) as err:
         problems.append(str(err))
-    metrics = list(_get(cfg, "model.val_metrics") or [])
+    raw_metrics = _get(cfg, "model.val_metrics")
+    metrics = [] if isinstance(raw_metrics, str) else list(raw_metrics or [])  # "CIDEr" is no list
     unknown = [m for m in metrics if m not in METRICS]
     if unknown or not metrics:
-        problems.append(f"model.val_metrics={metrics!r}: expected a non-empty list of {', '.join(METRICS)}")
+        shown = raw_metrics if isinstance(raw_metrics, str) else metrics
+        problems.append(
+            f"model.val_metrics={shown!r}: expected a non-empty list of {', '.join(METRICS)}, e.g. [CIDEr]"
+        )
     logged = sorted({f"val/{m}" for m in metrics} | {"val/loss", "val/xent"})
     for name, node in (cfg.get("callbacks") or {}).items():
         monitor = node.get("monitor") if isinstance(node, DictConfig) else None

@@ -1,5 +1,5 @@
-"""PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps, never between an epoch's last step and its
-validation.
+"""PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps and on SIGTERM, never between an epoch's
+last step and its validation.
 
 A plain ``ModelCheckpoint(every_n_train_steps=N)`` saves at the epoch's last batch when N divides the
 epoch (or the step count happens to land there). A kill during the validation that follows leaves a
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 
 def _validation_follows(trainer: pl.Trainer) -> bool:
@@ -33,11 +34,23 @@ class PeriodicCheckpoint(ModelCheckpoint):
         self._save_after_validation = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if trainer.received_sigterm and not _validation_follows(trainer):
+            # Lightning stops after this hook (SIGTERM: a scheduler's preemption, `kill`): save where the
+            # run is, so `ckpt_path=last` resumes here rather than at the last periodic save.
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+            return
         if _validation_follows(trainer):
             due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
             self._save_after_validation = self._save_after_validation or due
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        # A SIGTERM that arrived after this batch's on_train_batch_end: Lightning stops at the batch's end.
+        if isinstance(exception, SIGTERMException) and self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
