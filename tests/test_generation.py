@@ -132,7 +132,7 @@ def test_top_k_and_top_p_keep_the_right_words():
         ({"num_return_sequences": 3}, "num_return_sequences=3: expected at most num_beams=1"),
         ({"do_sample": True, "num_beams": 2}, "beam-search sampling is not offered"),
         ({"top_p": 0.0}, "top_p=0.0: expected a number in (0, 1]"),
-        ({"temperature": -1.0}, "temperature=-1.0: expected a number in (0, 100]"),
+        ({"temperature": -1.0}, "temperature=-1.0: expected a number in [1e-4, 100]"),
         ({"max_new_tokens": 0}, "max_new_tokens=0: expected an integer in [1, 1000]"),
         ({"beam": 2}, "unknown decoding option 'beam'"),
     ],

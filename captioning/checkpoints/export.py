@@ -77,7 +77,12 @@ def export_checkpoint(
         "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "dtype": "float16" if fp16 else "float32",
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file where a folder should be, a read-only place
+        raise CheckpointError(
+            f"{out}: cannot create its folder {out.parent} ({err.strerror or err})"
+        ) from err
     umask = os.umask(0)
     os.umask(umask)
     tmp = write_partial(state, meta, out, 0o666 & ~umask)  # as any file the user writes

@@ -79,7 +79,8 @@ def _torch_load_reason(err: BaseException) -> str:
     if "WeightsUnpickler error:" in text:
         text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
     sentences = re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
-    kept = [s for s in sentences if "weights_only" not in s and "Check the documentation" not in s]
+    advice = ("weights_only", "Check the documentation", "trusted source")  # torch's, about unpickling anyway
+    kept = [s for s in sentences if not any(a in s for a in advice)]
     return " ".join(kept)[:300] or type(err).__name__
 
 
@@ -167,10 +168,16 @@ def checkpoint_parts(checkpoint: dict, path: Path) -> tuple[dict, dict]:
     meta = checkpoint[CHECKPOINT_KEY]
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path}: the '{CHECKPOINT_KEY}' entry is not a mapping")
+    stray = [k for k in checkpoint["state_dict"] if not str(k).startswith("net.")]
+    if stray:  # the LightningModule holds the network only: anything else was added to the file
+        raise CheckpointError(
+            f"{path}: state_dict entry {stray[0]!r} is not part of the network (expected 'net.' entries only)"
+        )
     return net_state(checkpoint), meta
 
 
 MAX_CONFIG_CHARS = 100_000  # a network config is a few hundred lines at most
+MAX_CONFIG_DEPTH = 32  # and nests 3 or 4 levels
 
 
 def _check_plain_yaml(text: str, path: Path) -> None:
@@ -181,11 +188,21 @@ def _check_plain_yaml(text: str, path: Path) -> None:
         raise CheckpointError(
             f"{path}: net_config is {len(text):,} characters; expected at most {MAX_CONFIG_CHARS:,}"
         )
+    opens = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
+             yaml.FlowSequenceStartToken)  # fmt: skip
+    closes = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+    depth = 0
     try:
         for token in yaml.scan(text):
             if isinstance(token, yaml.AnchorToken | yaml.AliasToken):
                 raise CheckpointError(
                     f"{path}: net_config uses YAML anchors/aliases ('&'/'*'); a saved config is plain YAML"
+                )
+            depth += isinstance(token, opens) - isinstance(token, closes)
+            if depth > MAX_CONFIG_DEPTH:  # the parsers recurse once per level
+                raise CheckpointError(
+                    f"{path}: net_config is nested more than {MAX_CONFIG_DEPTH} levels deep; a saved config "
+                    "has a few"
                 )
     except yaml.YAMLError as err:
         raise CheckpointError(
@@ -205,6 +222,10 @@ def _network_config(meta: dict, path: Path) -> dict:
         _check_plain_yaml(text, path)
     try:
         net_config = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
+    except RecursionError:  # a mapping (an export's header) nested thousands of levels deep
+        raise CheckpointError(
+            f"{path}: net_config is nested too deeply; a saved config has a few levels"
+        ) from None
     except (OmegaConfBaseException, ValueError, TypeError, AttributeError, yaml.YAMLError) as err:
         raise CheckpointError(
             f"{path}: net_config is not a valid config: {' '.join(str(err).split())[:200]}"

@@ -6,9 +6,37 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
 from captioning.cli.runtime import path_arg
+
+
+def _port(text: str) -> int:
+    """argparse ``type``: a TCP port number."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (1-65535)")
+    return port
+
+
+def check_address(host: str, port: int) -> str | None:
+    """Why the page cannot be served on ``host:port`` (an unknown host, a port in use), or None: checked
+    by binding it once, before the model is loaded and Gradio reports it in a traceback."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        return f"--host {host!r}: not an address of this machine or a resolvable name ({err})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        try:
+            probe.bind(address)
+        except OSError as err:
+            return f"--host {host} --port {port}: cannot serve there ({err.strerror or err})"
+    return None
 
 
 def add_parser(subparsers) -> None:
@@ -19,7 +47,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine)"
     )
-    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--port", type=_port, default=7860, help="TCP port, 1-65535 (default: 7860)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
 
 
@@ -33,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import CheckpointError
     from captioning.inference.captioner import Captioner
     from captioning.inference.demo import build_demo
+
+    problem = check_address(args.host, args.port)
+    if problem:
+        print(f"captioning demo: error: {problem}", file=sys.stderr)
+        return 2
 
     try:
         captioner = Captioner.from_checkpoint(args.checkpoint, device=args.device)

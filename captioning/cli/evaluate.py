@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--out-dir",
-        type=Path,
+        type=path_arg,
         default=None,
         help="where results.json and scores.json go (default: "
         "outputs/evaluate/<checkpoint stem>/<data>-<split>-beam<K>)",

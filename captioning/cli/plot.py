@@ -6,13 +6,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from captioning.cli.runtime import path_arg
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "plot", help="draw a training run's train/val curves (curves.png)", description=__doc__
     )
     p.add_argument("run_dir", type=Path, help="a run folder (outputs/<date>/<time>) or its metrics.csv")
-    p.add_argument("--out", type=Path, default=None, help="default: curves.png beside metrics.csv")
+    p.add_argument("--out", type=path_arg, default=None, help="default: curves.png beside metrics.csv")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -20,8 +22,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         out = plot_curves(args.run_dir, args.out)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except (OSError, ValueError) as err:
+        print(
+            f"captioning plot: error: {getattr(err, 'strerror', None) and f'{err.filename}: {err.strerror}' or err}",
+            file=sys.stderr,
+        )
         return 2
     print(f"wrote {out}")
     return 0

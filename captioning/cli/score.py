@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from captioning.cli.runtime import path_arg
 from captioning.metrics.names import METRICS, TOKENIZERS
 
 
@@ -35,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "none: captions are already tokenised (default: ptb)",
     )
     parser.add_argument("--metrics", nargs="+", choices=METRICS, default=list(METRICS), metavar="METRIC")
-    parser.add_argument("--out", type=Path, default=None, help="also write the scores to this JSON file")
+    parser.add_argument("--out", type=path_arg, default=None, help="also write the scores to this JSON file")
     return parser
 
 

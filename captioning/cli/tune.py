@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--no-repeat-ngram-size", type=int, nargs="+", default=[0, 3])
     parser.add_argument("--write", action="store_true", help="store the best setting in the checkpoint")
     parser.add_argument(
-        "--out", type=Path, default=None, help="tuning.json (default: beside the evaluations)"
+        "--out", type=path_arg, default=None, help="tuning.json (default: beside the evaluations)"
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/eval.yaml, e.g. data=flickr8k")
     return parser
@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.defaults import write_decoding_defaults
     from captioning.checkpoints.load import load_captioner
     from captioning.data.features import FeatureCache
+    from captioning.decoding.captions import NonFiniteScores
     from captioning.decoding.config import GenerationConfig, check_option
     from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import build_source, decode_source
@@ -107,7 +108,11 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for options in settings:
         decoding = stored.replace(**options).to_dict()
-        decoded = decode_source(model, source, decoding, cfg.batch_size, cache)
+        try:
+            decoded = decode_source(model, source, decoding, cfg.batch_size, cache)
+        except NonFiniteScores as err:  # nothing to rank, and nothing to --write into the checkpoint
+            print(f"captioning tune: error: {args.checkpoint}: {err}", file=sys.stderr)
+            return 2
         rows.append(score_setting(options, dict(zip(decoded.indices, decoded.captions)), scorer))
         print(f"  {options}: CIDEr-D {100 * rows[-1].cider:.2f}", flush=True)
     chosen = best(rows)

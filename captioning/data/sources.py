@@ -44,6 +44,8 @@ class SyntheticSource(CaptionSource):
             raise ValueError(f"num_images must be positive, got {num_images}")
         if split not in _SPLIT_STREAM:
             raise ValueError(f"split must be one of {sorted(_SPLIT_STREAM)}, got {split!r}")
+        if not 0 <= seed < 2**63:  # numpy's generators take no negative seeds
+            raise ValueError(f"seed={seed}: expected an integer >= 0")
         self.scenes: list[Scene] = [render_scene((seed, _SPLIT_STREAM[split], i)) for i in range(num_images)]
 
     def __len__(self) -> int:

@@ -3,6 +3,7 @@ the W&B table and the Python API."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,26 @@ class DecodedCaption:
     token_log_probs: list[float]  # one per generated token, <end> included when it was emitted
     score: float  # the ranking score (log_prob / length**length_penalty)
     log_prob: float  # Σ token_log_probs
+
+
+NON_FINITE = "the network's scores are not finite (NaN/inf): the checkpoint's weights are broken"
+
+
+class NonFiniteScores(ValueError):
+    """Decoded captions whose scores are NaN/inf: broken weights, not captions (``check_finite``)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"{name}: {NON_FINITE}")
+        self.reason = NON_FINITE
+
+
+def check_finite(decoded: list[DecodedCaption], name: str) -> None:
+    """Raise :class:`NonFiniteScores` naming ``name`` when a caption of ``decoded`` scored NaN/inf.
+
+    Finite weights can still overflow (a layer scaled by 1e18): such "captions" are whatever argmax of
+    NaN gives, and scoring or printing them would call a broken model good."""
+    if not all(math.isfinite(c.score) and math.isfinite(c.log_prob) for c in decoded):
+        raise NonFiniteScores(name)
 
 
 @torch.no_grad()

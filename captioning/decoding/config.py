@@ -40,7 +40,10 @@ OPTION_CHECKS = {
     "num_beams": _integer(1, 64),
     "num_return_sequences": _integer(1, 64),
     "do_sample": (lambda v: isinstance(v, bool), "true or false"),
-    "temperature": _number(lambda v: 0 < v <= 100, "a number in (0, 100]"),
+    # Below 1e-4, logits / T overflow float32 to inf (NaN probabilities): greedy decoding is that limit.
+    "temperature": _number(
+        lambda v: 1e-4 <= v <= 100, "a number in [1e-4, 100] (for T -> 0 use greedy decoding)"
+    ),
     "top_k": _integer(0, 1_000_000),
     "top_p": _number(lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "length_penalty": _number(lambda v: -10 <= v <= 10, "a number in [-10, 10]"),

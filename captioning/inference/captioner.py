@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import nullcontext
@@ -32,20 +31,12 @@ from captioning.checkpoints.load import LoadedCaptioner, load_captioner
 from captioning.data.files import write_atomically
 from captioning.data.images import decode_rgb, image_to_tensor, load_rgb, to_rgb
 from captioning.decoding import GenerationConfig, decode_captions
+from captioning.decoding.captions import NonFiniteScores, check_finite  # noqa: F401 - NonFiniteScores for callers
 
 # bytes: a path (os.fsencode) or, with a NUL byte no path can hold, an image file's encoded bytes;
 # a binary file object (open(..., "rb"), io.BytesIO) is read as an encoded image too.
 ImageInput = str | Path | bytes | BinaryIO | Image.Image | torch.Tensor | np.ndarray
-SINGLE = (str, Path, bytes, bytearray, Image.Image, torch.Tensor, np.ndarray, io.IOBase)
-NON_FINITE = "the network's scores are not finite (NaN/inf): the checkpoint's weights are broken"
-
-
-class NonFiniteScores(ValueError):
-    """A decoded caption whose scores are NaN/inf: broken weights, not a caption."""
-
-    def __init__(self, name: str):
-        super().__init__(f"{name}: {NON_FINITE}")
-        self.reason = NON_FINITE
+SINGLE = (str, Path, bytes, bytearray, memoryview, Image.Image, torch.Tensor, np.ndarray, io.IOBase)
 
 
 @dataclass
@@ -88,8 +79,12 @@ class CaptionResult:
         )  # fmt: skip
         if path is not None:  # whole or not at all: a full disk leaves no empty PNG behind
             path = Path(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
             image_format = Image.registered_extensions().get(path.suffix.lower())
+            if image_format is None:
+                raise ValueError(
+                    f"{path}: {path.suffix or 'no suffix'} is not an image format; expected e.g. .png or .jpg"
+                )
+            path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, lambda f: picture.save(f, format=image_format))
         return picture
 
@@ -106,6 +101,10 @@ def as_pil(image: ImageInput) -> Image.Image:
 
 
 def _as_pil(image: ImageInput) -> Image.Image:
+    if isinstance(image, str | bytes | bytearray | memoryview) and not len(image):
+        raise ValueError("an empty string or bytes is neither an image path nor image data")
+    if isinstance(image, memoryview):
+        image = image.tobytes()
     if isinstance(image, bytes | bytearray):
         if b"\0" in image:  # no path holds a NUL byte, and every image format's header does
             return decode_rgb(bytes(image), name=f"<{len(image)} bytes of image data>")
@@ -115,6 +114,11 @@ def _as_pil(image: ImageInput) -> Image.Image:
     if isinstance(image, str | Path):
         return load_rgb(image)
     if isinstance(image, Image.Image):
+        try:  # a lazily opened file is decoded here: a truncated one fails now, named
+            image.load()
+        except (OSError, SyntaxError, ValueError, EOFError) as err:
+            name = getattr(image, "filename", "") or "a PIL image"
+            raise ValueError(f"{name}: the PIL image cannot be decoded ({err})") from err
         return to_rgb(image)
     if isinstance(image, torch.Tensor):
         if image.dim() != 3 or image.shape[0] not in (1, 3) or image.shape[1] < 1 or image.shape[2] < 1:
@@ -233,10 +237,12 @@ class Captioner:
         ``seed``/``generator`` make sampling repeatable."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
+        if seed is not None and (not isinstance(seed, int) or not 0 <= seed < 2**63):  # as the CLI's --seed
+            raise ValueError(f"seed={seed!r}: expected an integer in [0, 2**63)")
         config = self.generation_config(**options)
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
-        if images is None or isinstance(images, Mapping):
+        if images is None or isinstance(images, Mapping) or not isinstance(images, (*SINGLE, Iterable)):
             raise TypeError(
                 f"cannot caption a {type(images).__name__}: give a path, PIL image, tensor, array, binary "
                 "file or image bytes, or a list of them"
@@ -274,8 +280,7 @@ class Captioner:
                 for c in decoded[i * n : (i + 1) * n]
             ]
             best = candidates[0]
-            if not all(math.isfinite(c.score) for c in candidates):
-                raise NonFiniteScores(best.image)
+            check_finite(decoded[i * n : (i + 1) * n], best.image)
             best.candidates = candidates
             results.append(best)
         return results

@@ -31,6 +31,7 @@ from captioning.data.images import ImageError
 from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
 from captioning.decoding import GenerationConfig, decode_captions
+from captioning.decoding.captions import check_finite
 from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
 from captioning.metrics.grounding import GroundingSample, grounding_accuracy
 from captioning.metrics.objects import object_accuracy
@@ -123,7 +124,9 @@ def decode_source(
         if not rows:
             continue
         batch = torch.stack(rows).to(device)  # (B, 3, S, S) or (B, L, D)
-        for i, caption in zip(indices, decode_captions(model.net, model.vocab, batch, **decoding)):
+        captions = decode_captions(model.net, model.vocab, batch, **decoding)
+        check_finite(captions, f"image {source.image_id(indices[0])} and its batch")  # never scored as good
+        for i, caption in zip(indices, captions):
             decoded.indices.append(i)
             decoded.image_ids.append(source.image_id(i))
             decoded.captions.append(" ".join(caption.words))

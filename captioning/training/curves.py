@@ -31,10 +31,17 @@ def read_series(metrics_csv: Path) -> dict[str, list[tuple[int, float]]]:
     """name -> [(step, value)] for every numeric column, rows without a value skipped."""
     series: dict[str, list[tuple[int, float]]] = {}
     text = read_utf8_text(metrics_csv)  # line endings untouched: the csv module splits the rows
-    for row in csv.DictReader(io.StringIO(text, newline="")):
+    for line, row in enumerate(csv.DictReader(io.StringIO(text, newline="")), start=2):  # 1: the header
         step = row.get("step")
         if not step:
             continue
+        try:
+            step = int(float(step))
+        except ValueError:
+            raise ValueError(
+                f"{metrics_csv}: line {line}: step={step!r} is not a number; expected the step column of "
+                "a CSV logger's metrics.csv"
+            ) from None
         for name, value in row.items():
             if name in ("step", "epoch") or value in ("", None):
                 continue
@@ -43,7 +50,7 @@ def read_series(metrics_csv: Path) -> dict[str, list[tuple[int, float]]]:
             except ValueError:
                 continue
             if math.isfinite(number):
-                series.setdefault(name, []).append((int(float(step)), number))
+                series.setdefault(name, []).append((step, number))
     return series
 
 
@@ -94,6 +101,12 @@ def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> Path:
     fig.suptitle(str(Path(run_dir).name or run_dir), fontsize=10)
     fig.tight_layout()
     out = Path(out) if out is not None else metrics_csv.with_name("curves.png")
+    if out.is_dir():
+        plt.close(fig)
+        raise ValueError(
+            f"--out {out}: is a folder; expected the path of the image to write (e.g. curves.png)"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out

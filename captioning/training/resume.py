@@ -87,9 +87,18 @@ def _config_differences(saved: str | dict | None, current: str) -> list[str]:
     ]
 
 
-def check_resume_matches(ckpt_path: str | Path, vocab: dict, net_config: str) -> None:
-    """Raise :class:`ResumeError` unless ``ckpt_path`` holds this run's vocabulary and network config."""
+def check_resume_matches(
+    ckpt_path: str | Path, vocab: dict, net_config: str, max_steps: int | None = None
+) -> None:
+    """Raise :class:`ResumeError` unless ``ckpt_path`` holds this run's vocabulary and network config,
+    and has steps left to train under ``max_steps`` (-1 or None: no step limit)."""
     checkpoint = read_checkpoint(ckpt_path)
+    done = checkpoint.get("global_step")
+    if isinstance(max_steps, int) and max_steps >= 0 and isinstance(done, int) and done >= max_steps:
+        raise ResumeError(  # Lightning would end at once, saying nothing
+            f"{ckpt_path}: it is at step {done}, and trainer.max_steps={max_steps} leaves nothing to train; "
+            f"raise trainer.max_steps above {done} to train further"
+        )
     bad = non_finite_tensors(checkpoint["state_dict"])
     if bad:  # say which file is broken, before training blames its first step on the update
         raise ResumeError(

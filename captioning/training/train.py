@@ -79,7 +79,7 @@ def train(cfg: DictConfig) -> str:
 
     model = build_model(cfg.model, vocab)  # the network config travels with the checkpoint (as YAML)
     if ckpt_path:  # resuming: the data must give the same vocabulary, the model the same config
-        check_resume_matches(ckpt_path, vocab.to_dict(), model.net_config)
+        check_resume_matches(ckpt_path, vocab.to_dict(), model.net_config, cfg.trainer.get("max_steps"))
 
     try:  # a callback or logger refusing its arguments (every_n_steps=-1) is a config mistake too
         callbacks = instantiate_dict(cfg.get("callbacks"))
@@ -147,6 +147,9 @@ def cli() -> None:
     args = sys.argv[1:]
     for arg in args:  # Hydra creates the run folder before anything else and reports a failure in many lines
         if arg.startswith("hydra.run.dir="):
+            if not arg.split("=", 1)[1].strip():  # Hydra would write the run into the current folder
+                print("captioning-train: error: hydra.run.dir='': expected a folder path", file=sys.stderr)
+                sys.exit(2)
             try:
                 Path(arg.split("=", 1)[1]).mkdir(parents=True, exist_ok=True)
             except OSError as err:

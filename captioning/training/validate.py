@@ -9,6 +9,7 @@ is checked once the data has been read (``check_vocabulary``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -93,6 +94,29 @@ def check_config(cfg: DictConfig) -> None:
         if not ok:
             problems.append(f"{key}={_get(cfg, key)!r}: expected {expected}")
 
+    limit = _get(cfg, "trainer.limit_train_batches")  # 0 trains nothing and ends "successfully"
+    need(
+        limit is None or (_is_int(limit) and limit >= 1) or (isinstance(limit, float) and 0 < limit <= 1),
+        "trainer.limit_train_batches",
+        "an integer >= 1 or a fraction in (0, 1]",
+    )
+    if _get(cfg, "init_from") and _get(cfg, "ckpt_path"):  # resuming restores the weights init_from would set
+        problems.append(
+            f"init_from={_get(cfg, 'init_from')!r} and ckpt_path={_get(cfg, 'ckpt_path')!r}: expected one of "
+            "them (ckpt_path resumes a run; init_from starts a new one from a checkpoint's weights)"
+        )
+    for name, node in (_get(cfg, "callbacks") or {}).items():  # a checkpoint folder that cannot exist
+        try:
+            dirpath = node.get("dirpath") if isinstance(node, DictConfig) else None
+        except Exception:  # noqa: BLE001 - an interpolation that needs the Hydra run: checked when built
+            continue
+        if isinstance(dirpath, str) and dirpath:
+            try:
+                Path(dirpath).mkdir(parents=True, exist_ok=True)  # made now rather than at the first save
+            except OSError as err:
+                problems.append(
+                    f"callbacks.{name}.dirpath={dirpath!r}: cannot create the folder ({err.strerror or err})"
+                )
     run_test = _get(cfg, "run_test")  # "no" is a truthy string: it would run the test split
     need(run_test is None or isinstance(run_test, bool), "run_test", "a boolean (true or false)")
     seed = _get(cfg, "seed")

@@ -1,5 +1,5 @@
-"""PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps and on SIGTERM, never between an epoch's
-last step and its validation.
+"""PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps, on SIGTERM and at the end of training,
+never between an epoch's last step and its validation.
 
 A plain ``ModelCheckpoint(every_n_train_steps=N)`` saves at the epoch's last batch when N divides the
 epoch (or the step count happens to land there). A kill during the validation that follows leaves a
@@ -60,6 +60,8 @@ class PeriodicCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._save_after_validation:  # the validation did not run after all (e.g. max_time)
             self._save_pending(trainer)
+        if self._last_global_step_saved != trainer.global_step:  # the steps since the last periodic save
+            self._save_pending(trainer)  # a finished run's last.ckpt is its end: resuming extends it
         super().on_train_end(trainer, pl_module)
 
     def _save_pending(self, trainer: pl.Trainer) -> None:
