@@ -9,6 +9,7 @@ is checked once the data has been read (``check_vocabulary``).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,21 @@ def _group_type_problems(cfg: DictConfig, groups: tuple[str, ...], problems: lis
     return found
 
 
+def _cannot_create(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created (or None), found by creating it and removing again what was
+    made: a failed start-up writes nothing."""
+    missing = [p for p in [folder, *folder.parents] if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return err.strerror or str(err)
+    finally:
+        for made in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                made.rmdir()
+    return None
+
+
 def check_eval_config(cfg: DictConfig) -> None:
     """``captioning evaluate``'s composed config: unknown keys, its own values' types, the data's."""
     problems = _unknown_keys(cfg, EVAL_KEYS)
@@ -110,13 +126,9 @@ def check_config(cfg: DictConfig) -> None:
             dirpath = node.get("dirpath") if isinstance(node, DictConfig) else None
         except Exception:  # noqa: BLE001 - an interpolation that needs the Hydra run: checked when built
             continue
-        if isinstance(dirpath, str) and dirpath:
-            try:
-                Path(dirpath).mkdir(parents=True, exist_ok=True)  # made now rather than at the first save
-            except OSError as err:
-                problems.append(
-                    f"callbacks.{name}.dirpath={dirpath!r}: cannot create the folder ({err.strerror or err})"
-                )
+        reason = _cannot_create(Path(dirpath)) if isinstance(dirpath, str) and dirpath else None
+        if reason:
+            problems.append(f"callbacks.{name}.dirpath={dirpath!r}: cannot create the folder ({reason})")
     run_test = _get(cfg, "run_test")  # "no" is a truthy string: it would run the test split
     need(run_test is None or isinstance(run_test, bool), "run_test", "a boolean (true or false)")
     seed = _get(cfg, "seed")
