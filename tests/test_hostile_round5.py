@@ -90,14 +90,14 @@ def test_a_checkpoint_named_like_an_export_loads_and_an_empty_file_is_named(
 
 
 def test_an_export_never_replaces_a_training_checkpoint(good_checkpoint, tmp_path, capsys) -> None:
-    other = tmp_path / "other.ckpt"
-    other.write_bytes(good_checkpoint.read_bytes())
-    before = other.read_bytes()
-    assert captioning_main(["export", str(good_checkpoint), str(other)]) == 2
-    assert_one_line(
-        capsys.readouterr().err, str(other), "is not a weights-only export", "choose another path"
-    )
-    assert other.read_bytes() == before
+    for name, fragment in (("other.ckpt", "expected a path ending in .safetensors"),
+                           ("renamed.safetensors", "is not a weights-only export")):  # fmt: skip
+        other = tmp_path / name  # a training checkpoint, under either name
+        other.write_bytes(good_checkpoint.read_bytes())
+        before = other.read_bytes()
+        assert captioning_main(["export", str(good_checkpoint), str(other)]) == 2
+        assert_one_line(capsys.readouterr().err, str(other), fragment)
+        assert other.read_bytes() == before
     export = exported(good_checkpoint, tmp_path / "e.safetensors")  # an export may be replaced by a new one
     assert captioning_main(["export", str(good_checkpoint), str(export)]) == 0
 
@@ -413,3 +413,82 @@ def test_the_api_reads_memoryviews_and_names_a_truncated_pil_image(good_checkpoi
     cut.write_bytes(photo.read_bytes()[:200])
     with pytest.raises(ValueError, match=re.escape(f"{cut}: the PIL image cannot be decoded")):
         model.caption(Image.open(cut))
+
+
+# ------------------------------------------------------------------ round seven (a sixth tester's new cases)
+
+
+def test_export_never_replaces_a_device_or_pipe_and_names_a_broken_export(good_checkpoint, tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "pipe.safetensors"
+    os.mkfifo(fifo)
+    assert captioning_main(["export", str(good_checkpoint), str(fifo)]) == 2
+    assert_one_line(capsys.readouterr().err, str(fifo), "is not a regular file")
+    assert fifo.is_fifo()
+    export = exported(good_checkpoint, tmp_path / "e.safetensors")
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(export.read_bytes()[:-100])
+    assert captioning_main(["export", str(cut), str(tmp_path / "again.safetensors")]) == 2
+    line = assert_one_line(capsys.readouterr().err, str(cut))
+    assert "already a weights-only export" not in line
+
+
+def test_missing_weights_are_counted_not_listed(good_checkpoint, photo, tmp_path, capsys) -> None:
+    empty = mutated(good_checkpoint, tmp_path / "empty_sd.ckpt", lambda c: c.__setitem__("state_dict", {}))
+    assert captioning_main(["caption", str(photo), "--checkpoint", str(empty)]) == 2
+    line = assert_one_line(capsys.readouterr().err, str(empty), "the weights do not fit", "missing (e.g.")
+    assert len(line) < 400
+
+
+def test_resume_and_start_settings_of_round_seven(tmp_path, monkeypatch, capsys) -> None:
+    from captioning.training.resume import ResumeError, check_resume_matches
+
+    from corpus import build_module, checkpoint_dict
+
+    run = tmp_path / "run"
+    assert run_train(["init_from=", "trainer.max_steps=3"], run, monkeypatch) == 2
+    assert_one_line(capsys.readouterr().err, "init_from='': expected a checkpoint path, or null")
+    assert run_train(["model.decoder.embed_dim=[1,2]", "trainer.max_steps=3"], run, monkeypatch) == 2
+    assert_one_line(capsys.readouterr().err, "model.decoder.embed_dim=[1, 2]: expected an integer")
+    checkpoint = checkpoint_dict(build_module(["a"]))
+    checkpoint["global_step"] = -5
+    bad = tmp_path / "bad.ckpt"
+    torch.save(checkpoint, bad)
+    with pytest.raises(ResumeError, match=re.escape("its global_step is -5; expected the integer step >= 0")):
+        check_resume_matches(bad, {"itos": []}, "")
+
+
+def test_evaluate_refuses_an_out_dir_that_is_a_file_before_decoding(
+    good_checkpoint, tmp_path, capsys
+) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    argv = [
+        "evaluate",
+        "--checkpoint",
+        str(good_checkpoint),
+        "--out-dir",
+        str(target),
+        "data.test.num_images=2",
+    ]
+    assert captioning_main(argv) == 2
+    assert_one_line(capsys.readouterr().err, f"--out-dir {target}: is a file")
+
+
+def test_the_api_names_bad_paths_and_never_overlays_onto_its_image(good_checkpoint, photo) -> None:
+    from captioning import Captioner
+
+    for bad in (123, None, ""):
+        with pytest.raises(TypeError, match=re.escape(f"from_checkpoint: path={bad!r}")):
+            Captioner.from_checkpoint(bad)
+    model = Captioner.from_checkpoint(good_checkpoint)
+    result = model.caption(photo)[0]
+    before = photo.read_bytes()
+    with pytest.raises(ValueError, match=re.escape(f"{photo}: is the captioned image")):
+        result.overlay(photo, photo)
+    assert photo.read_bytes() == before
+    with pytest.raises(TypeError, match=re.escape("overlay: path=123")):
+        result.overlay(photo, 123)
+    with pytest.raises(ValueError, match=re.escape("an image of 0x0 pixels has nothing to caption")):
+        model.caption(Image.new("RGBA", (0, 0)))

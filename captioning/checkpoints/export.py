@@ -34,11 +34,12 @@ def is_export(path: Path) -> bool:
     (a zip archive or a pickle: a training checkpoint renamed ``.safetensors`` still loads as one)."""
     with open(path, "rb") as f:
         head = f.read(MAGIC_OFFSET + 1)
+    if len(head) == MAGIC_OFFSET + 1 and head[MAGIC_OFFSET : MAGIC_OFFSET + 1] == b"{":
+        return True  # an 8-byte header length, then the JSON header (checked before the pickle byte below:
+        # the length's low byte may be 0x80 too)
     if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch's zip format, a legacy pickle
         return False
-    if path.suffix == ".safetensors":
-        return True
-    return len(head) == MAGIC_OFFSET + 1 and head[MAGIC_OFFSET : MAGIC_OFFSET + 1] == b"{"
+    return path.suffix == ".safetensors"
 
 
 def export_checkpoint(
@@ -54,7 +55,16 @@ def export_checkpoint(
         raise CheckpointError(f"{out}: is the checkpoint being exported; choose another output path")
     if out.is_dir():
         raise CheckpointError(f"{out}: is a folder; expected the path of the export file to write")
+    if out.exists() and not out.is_file():  # a rename would replace /dev/null or a pipe with a file
+        raise CheckpointError(
+            f"{out}: is not a regular file (a device, pipe or socket); expected a file path"
+        )
+    if out.suffix != ".safetensors":  # every command reads it by its bytes, but a user reads the name
+        raise CheckpointError(
+            f"{out}: an export is a safetensors file; expected a path ending in .safetensors"
+        )
     if checkpoint_path.is_file() and is_export(checkpoint_path):
+        load_captioner(checkpoint_path)  # a broken one is named for what is broken
         raise CheckpointError(f"{checkpoint_path}: is already a weights-only export (copy it instead)")
     if out.is_file() and out.stat().st_size and not is_export(out):  # its optimizer state would be lost
         raise CheckpointError(

@@ -329,10 +329,18 @@ def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCaptioner:
     _check_dtypes(state, net, path)
     if by_name:
         state = {**_packaged_encoder_state(net, by_name, path), **state}
+    expected = net.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing or unexpected:  # named, a few at most: a list of every key is no message
+        parts = [f"{len(names)} {what} (e.g. {', '.join(names[:3])})"
+                 for what, names in (("missing", missing), ("unexpected", unexpected)) if names]  # fmt: skip
+        raise CheckpointError(f"{path}: the weights do not fit the saved network config: {'; '.join(parts)}")
     try:
         net.load_state_dict(state, strict=True)
     except RuntimeError as err:
-        raise CheckpointError(f"{path}: the weights do not fit the saved network config: {err}") from err
+        reason = " ".join(str(err).split())[:300]
+        raise CheckpointError(f"{path}: the weights do not fit the saved network config: {reason}") from err
     net.eval()
     try:  # legacy option names (beam_size, max_length) are renamed; unknown ones refused
         decoding = GenerationConfig.from_dict(meta.get("decoding"), where=f"{path}: decoding").to_dict()

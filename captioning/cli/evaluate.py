@@ -61,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg, choices = compose_config("eval", list(args.overrides))
         check_eval_config(cfg)  # unknown keys (+bogus=1), feature_cache=maybe, data.test.seed=abc: one line
+        if args.out_dir is not None and args.out_dir.exists() and not args.out_dir.is_dir():
+            raise ValueError(
+                f"--out-dir {args.out_dir}: is a file; expected a folder for results.json and scores.json"
+            )
         from captioning.inference.captioner import resolve_device
 
         resolve_device(cfg.device)  # a bad device= is one line naming it, before any work

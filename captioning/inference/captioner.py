@@ -78,7 +78,12 @@ class CaptionResult:
             caption=self.caption, score=self.score, **options,
         )  # fmt: skip
         if path is not None:  # whole or not at all: a full disk leaves no empty PNG behind
+            if not isinstance(path, str | Path) or not str(path).strip():
+                raise TypeError(f"overlay: path={path!r}; expected the path of the image file to write")
             path = Path(path)
+            sources = [p for p in (image, self.image) if isinstance(p, str | Path) and Path(p).is_file()]
+            if path.exists() and any(path.resolve() == Path(p).resolve() for p in sources):
+                raise ValueError(f"{path}: is the captioned image; the overlay would overwrite it")
             image_format = Image.registered_extensions().get(path.suffix.lower())
             if image_format is None:
                 raise ValueError(
@@ -114,6 +119,10 @@ def _as_pil(image: ImageInput) -> Image.Image:
     if isinstance(image, str | Path):
         return load_rgb(image)
     if isinstance(image, Image.Image):
+        if image.width < 1 or image.height < 1:
+            raise ValueError(
+                f"an image of {image.width}x{image.height} pixels has nothing to caption or draw on"
+            )
         try:  # a lazily opened file is decoded here: a truncated one fails now, named
             image.load()
         except (OSError, SyntaxError, ValueError, EOFError) as err:
@@ -206,6 +215,10 @@ class Captioner:
     def from_checkpoint(cls, path: str | Path, device: str = "cpu", bf16: bool = False) -> Captioner:
         """Load a training checkpoint (.ckpt) or a weights-only export (.safetensors). ``device``: "cpu",
         "cuda", "auto"; ``bf16``: decode under bfloat16 autocast (on a GPU)."""
+        if not isinstance(path, str | Path) or not str(path).strip():
+            raise TypeError(
+                f"from_checkpoint: path={path!r}; expected the path of a .ckpt or .safetensors file"
+            )
         return cls(load_captioner(path), device=device, bf16=bf16)
 
     @property

@@ -94,6 +94,10 @@ def check_resume_matches(
     and has steps left to train under ``max_steps`` (-1 or None: no step limit)."""
     checkpoint = read_checkpoint(ckpt_path)
     done = checkpoint.get("global_step")
+    if not isinstance(done, int) or isinstance(done, bool) or done < 0:
+        raise ResumeError(
+            f"{ckpt_path}: its global_step is {done!r}; expected the integer step >= 0 it was saved at"
+        )
     if isinstance(max_steps, int) and max_steps >= 0 and isinstance(done, int) and done >= max_steps:
         raise ResumeError(  # Lightning would end at once, saying nothing
             f"{ckpt_path}: it is at step {done}, and trainer.max_steps={max_steps} leaves nothing to train; "

@@ -54,7 +54,7 @@ def fits(value: Any, allowed: tuple[type, ...]) -> bool:
         return float in allowed
     if isinstance(value, str):
         return str in allowed
-    return True  # lists and mappings: their constructors check them
+    return False  # a list or mapping where one plain value is meant (embed_dim=[1,2])
 
 
 def _hints(target: str) -> dict[str, Any]:

@@ -116,6 +116,10 @@ def check_config(cfg: DictConfig) -> None:
         "trainer.limit_train_batches",
         "an integer >= 1 or a fraction in (0, 1]",
     )
+    for key in ("init_from", "ckpt_path"):  # `init_from=` parses as '' (an unset $CKPT), not as null
+        value = _get(cfg, key)
+        if isinstance(value, str) and not value.strip():
+            problems.append(f"{key}='': expected a checkpoint path, or null")
     if _get(cfg, "init_from") and _get(cfg, "ckpt_path"):  # resuming restores the weights init_from would set
         problems.append(
             f"init_from={_get(cfg, 'init_from')!r} and ckpt_path={_get(cfg, 'ckpt_path')!r}: expected one of "
