@@ -329,17 +329,15 @@ def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCaptioner:
     _check_dtypes(state, net, path)
     if by_name:
         state = {**_packaged_encoder_state(net, by_name, path), **state}
-    expected = net.state_dict()
-    missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected]
-    if missing or unexpected:  # named, a few at most: a list of every key is no message
-        parts = [f"{len(names)} {what} (e.g. {', '.join(names[:3])})"
-                 for what, names in (("missing", missing), ("unexpected", unexpected)) if names]  # fmt: skip
-        raise CheckpointError(f"{path}: the weights do not fit the saved network config: {'; '.join(parts)}")
-    try:
+    try:  # strict, after each module's own legacy defaults (a REINFORCE layer's step counter)
         net.load_state_dict(state, strict=True)
     except RuntimeError as err:
-        reason = " ".join(str(err).split())[:300]
+        expected = net.state_dict()
+        missing = [k for k in expected if k not in state]
+        unexpected = [k for k in state if k not in expected]
+        parts = [f"{len(names)} {what} (e.g. {', '.join(names[:3])})"
+                 for what, names in (("missing", missing), ("unexpected", unexpected)) if names]  # fmt: skip
+        reason = "; ".join(parts) or " ".join(str(err).split())[:300]  # named, a few at most: not every key
         raise CheckpointError(f"{path}: the weights do not fit the saved network config: {reason}") from err
     net.eval()
     try:  # legacy option names (beam_size, max_length) are renamed; unknown ones refused
