@@ -35,7 +35,7 @@ from captioning.decoding.captions import NonFiniteScores, check_finite  # noqa: 
 
 # bytes: a path (os.fsencode) or, with a NUL byte no path can hold, an image file's encoded bytes;
 # a binary file object (open(..., "rb"), io.BytesIO) is read as an encoded image too.
-ImageInput = str | Path | bytes | BinaryIO | Image.Image | torch.Tensor | np.ndarray
+ImageInput = str | Path | bytes | memoryview | BinaryIO | Image.Image | torch.Tensor | np.ndarray
 SINGLE = (str, Path, bytes, bytearray, memoryview, Image.Image, torch.Tensor, np.ndarray, io.IOBase)
 
 
