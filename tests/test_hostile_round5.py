@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -186,7 +187,7 @@ def test_storing_tuned_defaults_where_the_file_cannot_be_replaced_leaves_nothing
     def refuse(src, dst):
         raise PermissionError(errno.EPERM, "Operation not permitted")
 
-    monkeypatch.setattr(defaults.os, "replace", refuse)
+    monkeypatch.setattr(os, "replace", refuse)  # where the export module replaces the file
     with pytest.raises(OSError, match=re.escape(f"{export}: cannot store the decoding defaults there")):
         defaults.write_decoding_defaults(export, {"num_beams": 2})
     assert export.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["e.safetensors"]
@@ -419,7 +420,6 @@ def test_the_api_reads_memoryviews_and_names_a_truncated_pil_image(good_checkpoi
 
 
 def test_export_never_replaces_a_device_or_pipe_and_names_a_broken_export(good_checkpoint, tmp_path, capsys):
-    import os
 
     fifo = tmp_path / "pipe.safetensors"
     os.mkfifo(fifo)

@@ -6,13 +6,18 @@ is written, and the file is replaced atomically, so a failure leaves the old one
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from captioning.checkpoints.export import half_floats, is_export, read_export, write_partial
+from captioning.checkpoints.export import (
+    half_floats,
+    is_export,
+    read_export,
+    replace_with_partial,
+    write_partial,
+)
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import load_captioner
 from captioning.checkpoints.save import atomic_torch_save
@@ -30,13 +35,7 @@ def write_decoding_defaults(path: str | Path, options: dict[str, Any]) -> dict[s
         if (meta.get("provenance") or {}).get("dtype") == "float16":  # read back as float32: store as written
             state = half_floats(state)
         tmp = write_partial(state, meta, path, path.stat().st_mode & 0o777)  # same permissions
-        try:
-            os.replace(tmp, path)
-        except OSError as err:  # e.g. a file the user may read but not replace: leave no .partial
-            tmp.unlink(missing_ok=True)
-            raise OSError(
-                f"{path}: cannot store the decoding defaults there ({err.strerror or err}); it is unchanged"
-            ) from err
+        replace_with_partial(tmp, path, "cannot store the decoding defaults there")
     else:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         checkpoint[CHECKPOINT_KEY]["decoding"] = decoding

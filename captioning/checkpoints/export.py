@@ -102,8 +102,18 @@ def export_checkpoint(
         tmp.unlink(missing_ok=True)
         hint = " (weights beyond float16's range: export without --fp16)" if fp16 else ""
         raise CheckpointError(f"{out}: not written: the export would not load{hint}: {err}") from err
-    os.replace(tmp, out)
+    replace_with_partial(tmp, out, "cannot write the export there")
     return out
+
+
+def replace_with_partial(tmp: Path, target: Path, failure: str) -> None:
+    """``os.replace(tmp, target)``; when that fails (a file the user may read but not replace), the
+    partial file is removed and the OSError says ``target: failure (reason); it is unchanged``."""
+    try:
+        os.replace(tmp, target)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(f"{target}: {failure} ({err.strerror or err}); it is unchanged") from err
 
 
 def half_floats(state: dict) -> dict:

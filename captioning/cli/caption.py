@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -70,13 +69,12 @@ def check_overlay_target(out: Path, inputs: list[Path], overlays: list[Path]) ->
     clash = next((p for p in inputs if p.resolve() in targets), None)
     if clash is not None:
         return f"--overlay {out}: would overwrite the input image {clash}; choose another path"
+    from captioning.data.files import folder_problem
+
     for folder in dict.fromkeys(p.parent for p in overlays):  # before any image is decoded
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            return f"--overlay {out}: cannot create the folder {folder} ({e.strerror or e})"
-        if not os.access(folder, os.W_OK | os.X_OK):
-            return f"--overlay {out}: the folder {folder} is not writable"
+        problem = folder_problem(folder)
+        if problem:
+            return f"--overlay {out}: {problem}"
     return None
 
 
@@ -219,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
             written = None
             if overlays:  # an unwritable path loses no caption: the line is printed either way
                 try:
-                    written = result.overlay(image, overlays[i]) and overlays[i]
+                    result.overlay(image, overlays[i])
+                    written = overlays[i]
                 except (OSError, ValueError) as e:
                     err(f"{overlays[i]}: cannot write the overlay: {getattr(e, 'strerror', None) or e}")
                     failures["overlays"] += 1

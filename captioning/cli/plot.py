@@ -23,10 +23,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         out = plot_curves(args.run_dir, args.out)
     except (OSError, ValueError) as err:
-        print(
-            f"captioning plot: error: {getattr(err, 'strerror', None) and f'{err.filename}: {err.strerror}' or err}",
-            file=sys.stderr,
-        )
+        reason = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.strerror else err
+        print(f"captioning plot: error: {reason}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
     return 0

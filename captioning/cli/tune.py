@@ -55,12 +55,14 @@ def _table(rows, chosen) -> str:
 def _check_outputs(args: argparse.Namespace) -> None:
     """``--out`` must be a file path whose folder can be written; ``--write`` needs a replaceable
     checkpoint (its folder holds the temp file)."""
+    from captioning.data.files import folder_problem
+
     if args.out is not None:
         if args.out.is_dir():
             raise ValueError(f"--out {args.out}: is a folder; expected the path of the JSON file to write")
-        folder = next((p for p in [args.out.parent, *args.out.parent.parents] if p.exists()), Path("."))
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError(f"--out {args.out}: {folder} is not writable")
+        problem = folder_problem(args.out.parent)
+        if problem:
+            raise ValueError(f"--out {args.out}: {problem}")
     if args.write and args.checkpoint.is_file():
         folder = args.checkpoint.parent
         if not (os.access(args.checkpoint, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)):

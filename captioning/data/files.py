@@ -24,6 +24,25 @@ def read_utf8_text(path: Path, error: type[Exception] = ValueError) -> str:
         ) from None
 
 
+def folder_problem(folder: Path) -> str | None:
+    """Why files cannot be written in ``folder`` ("cannot create the folder F (reason)", "the folder F is
+    not writable"), or None. Found by creating it and removing again what was made, so a check that
+    fails (or passes) before any work writes nothing."""
+    folder = Path(folder)
+    missing = [p for p in [folder, *folder.parents] if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"the folder {folder} is not writable"
+    except OSError as err:
+        return f"cannot create the folder {folder} ({err.strerror or err})"
+    finally:
+        for made in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                made.rmdir()
+    return None
+
+
 def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """``write(f)`` into a temp file beside ``path``, then renamed over it: a failure (a full disk) leaves
     ``path`` as it was (no empty or half-written file) and raises the OSError."""

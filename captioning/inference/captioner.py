@@ -97,7 +97,10 @@ class CaptionResult:
 def as_pil(image: ImageInput) -> Image.Image:
     """Any accepted input as an 8-bit RGB PIL image (paths through the checked loader); an empty image
     (0 pixels) is refused: its caption would be made up."""
-    picture = _as_pil(image)
+    return _nonempty(_as_pil(image))
+
+
+def _nonempty(picture: Image.Image) -> Image.Image:
     if picture.width < 1 or picture.height < 1:
         raise ValueError(
             f"an image of {picture.width}x{picture.height} pixels has nothing to caption or draw on"
@@ -119,10 +122,7 @@ def _as_pil(image: ImageInput) -> Image.Image:
     if isinstance(image, str | Path):
         return load_rgb(image)
     if isinstance(image, Image.Image):
-        if image.width < 1 or image.height < 1:
-            raise ValueError(
-                f"an image of {image.width}x{image.height} pixels has nothing to caption or draw on"
-            )
+        _nonempty(image)  # before decoding: an empty RGBA image would fail inside the compositing
         try:  # a lazily opened file is decoded here: a truncated one fails now, named
             image.load()
         except (OSError, SyntaxError, ValueError, EOFError) as err:

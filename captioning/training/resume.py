@@ -98,7 +98,7 @@ def check_resume_matches(
         raise ResumeError(
             f"{ckpt_path}: its global_step is {done!r}; expected the integer step >= 0 it was saved at"
         )
-    if isinstance(max_steps, int) and max_steps >= 0 and isinstance(done, int) and done >= max_steps:
+    if isinstance(max_steps, int) and 0 <= max_steps <= done:
         raise ResumeError(  # Lightning would end at once, saying nothing
             f"{ckpt_path}: it is at step {done}, and trainer.max_steps={max_steps} leaves nothing to train; "
             f"raise trainer.max_steps above {done} to train further"

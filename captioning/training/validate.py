@@ -9,12 +9,12 @@ is checked once the data has been read (``check_vocabulary``).
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from captioning.data.files import folder_problem
 from captioning.data.vocab import SPECIALS
 from captioning.decoding.config import GenerationConfig
 from captioning.metrics.names import METRICS
@@ -71,21 +71,6 @@ def _group_type_problems(cfg: DictConfig, groups: tuple[str, ...], problems: lis
     return found
 
 
-def _cannot_create(folder: Path) -> str | None:
-    """Why ``folder`` cannot be created (or None), found by creating it and removing again what was
-    made: a failed start-up writes nothing."""
-    missing = [p for p in [folder, *folder.parents] if not p.exists()]
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        return err.strerror or str(err)
-    finally:
-        for made in missing:  # deepest first
-            with contextlib.suppress(OSError):
-                made.rmdir()
-    return None
-
-
 def check_eval_config(cfg: DictConfig) -> None:
     """``captioning evaluate``'s composed config: unknown keys, its own values' types, the data's."""
     problems = _unknown_keys(cfg, EVAL_KEYS)
@@ -130,9 +115,9 @@ def check_config(cfg: DictConfig) -> None:
             dirpath = node.get("dirpath") if isinstance(node, DictConfig) else None
         except Exception:  # noqa: BLE001 - an interpolation that needs the Hydra run: checked when built
             continue
-        reason = _cannot_create(Path(dirpath)) if isinstance(dirpath, str) and dirpath else None
-        if reason:
-            problems.append(f"callbacks.{name}.dirpath={dirpath!r}: cannot create the folder ({reason})")
+        problem = folder_problem(Path(dirpath)) if isinstance(dirpath, str) and dirpath else None
+        if problem:
+            problems.append(f"callbacks.{name}.dirpath={dirpath!r}: {problem}")
     run_test = _get(cfg, "run_test")  # "no" is a truthy string: it would run the test split
     need(run_test is None or isinstance(run_test, bool), "run_test", "a boolean (true or false)")
     seed = _get(cfg, "seed")

@@ -58,10 +58,10 @@ class PeriodicCheckpoint(ModelCheckpoint):
             self._save_pending(trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._save_after_validation:  # the validation did not run after all (e.g. max_time)
+        # A finished run's last.ckpt is its end, so resuming extends it: the steps since the last periodic
+        # save, or a save deferred to a validation that did not run after all (e.g. max_time).
+        if self._save_after_validation or self._last_global_step_saved != trainer.global_step:
             self._save_pending(trainer)
-        if self._last_global_step_saved != trainer.global_step:  # the steps since the last periodic save
-            self._save_pending(trainer)  # a finished run's last.ckpt is its end: resuming extends it
         super().on_train_end(trainer, pl_module)
 
     def _save_pending(self, trainer: pl.Trainer) -> None:
