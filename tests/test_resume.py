@@ -281,3 +281,18 @@ def test_sigkill_mid_epoch_then_resume_continues_from_the_saved_step(tmp_path: P
         assert torch.equal(tensor, seen["weights"][name]), name
     assert seen["vocab"] == saved[CHECKPOINT_KEY]["vocab"]["itos"]
     assert seen["net_config"] == saved[CHECKPOINT_KEY]["net_config"]
+
+
+@pytest.mark.parametrize("first_steps", [10, 12])  # on a periodic save and between two
+def test_a_run_stopped_by_max_steps_mid_epoch_resumes_inside_that_epoch(tmp_path: Path, first_steps) -> None:
+    # 24 scenes x 5 captions / batch 8 = 15 steps per epoch, validation at its end, max_epochs=1.
+    run = [*TINY, "trainer.max_epochs=1", "callbacks.last_checkpoint.every_n_train_steps=5"]
+    train(compose_train([*run, f"trainer.max_steps={first_steps}"], tmp_path))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    # saved where the run stopped, not as a finished epoch (which would resume in epoch 1: nothing to do)
+    assert (saved["global_step"], saved["epoch"]) == (first_steps, 0)
+    assert saved["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 0
+
+    best = Path(train(compose_train([*run, "ckpt_path=last", "trainer.max_steps=15"], tmp_path)))
+    assert best.name.startswith("epoch000-step000015-cider")  # the epoch's rest trained and validated
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 15

@@ -1,5 +1,6 @@
-"""PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps, on SIGTERM and at the end of training,
-never between an epoch's last step and its validation.
+"""PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps, after every validation, on SIGTERM and at
+the end of training, never between an epoch's last step and its validation. It is the one writer of
+``last.ckpt`` (``model_checkpoint`` keeps only the best).
 
 A plain ``ModelCheckpoint(every_n_train_steps=N)`` saves at the epoch's last batch when N divides the
 epoch (or the step count happens to land there). A kill during the validation that follows leaves a
@@ -7,13 +8,23 @@ epoch (or the step count happens to land there). A kill during the validation th
 epoch is never validated, so best-checkpoint selection silently skips it. Here that one save waits for
 the end of the epoch's validation, when the checkpoint also holds the validated state; a kill before it
 resumes from the previous periodic save and replays the end of the epoch, validation included.
+
+A run stopped by ``max_steps`` inside an epoch is saved at its last batch, where it is: Lightning marks
+the epoch finished before ``on_train_end``, so a save there (``ModelCheckpoint(save_last=True)`` makes
+one) would resume a longer run in the next epoch, skipping the rest of this one and its validation
+(with ``max_epochs=1``: training nothing at all).
 """
 
 from __future__ import annotations
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+
+def _stops_at_max_steps(trainer: pl.Trainer) -> bool:
+    return trainer.max_steps is not None and 0 <= trainer.max_steps <= trainer.global_step
 
 
 def _validation_follows(trainer: pl.Trainer) -> bool:
@@ -34,9 +45,9 @@ class PeriodicCheckpoint(ModelCheckpoint):
         self._save_after_validation = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if trainer.received_sigterm and not _validation_follows(trainer):
-            # Lightning stops after this hook (SIGTERM: a scheduler's preemption, `kill`): save where the
-            # run is, so `ckpt_path=last` resumes here rather than at the last periodic save.
+        if (trainer.received_sigterm or _stops_at_max_steps(trainer)) and not _validation_follows(trainer):
+            # Lightning stops after this hook (SIGTERM: a scheduler's preemption, `kill`; max_steps): save
+            # where the run is, so `ckpt_path=last` resumes here rather than at the last periodic save.
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
             return
         if _validation_follows(trainer):
@@ -54,8 +65,8 @@ class PeriodicCheckpoint(ModelCheckpoint):
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
-        if self._save_after_validation and not trainer.sanity_checking:
-            self._save_pending(trainer)
+        if not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING:
+            self._save_pending(trainer)  # the validated state, whether or not a periodic save was due
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # A finished run's last.ckpt is its end, so resuming extends it: the steps since the last periodic
