@@ -36,12 +36,19 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--repetition-penalty", type=float, default=None, help="CTRL penalty (1.0 = off)")
     g.add_argument("--max-new-tokens", type=int, default=None, help="the most tokens generated")
     g.add_argument(
+        "--hard-attention",
+        choices=("cell", "expected"),
+        default=None,
+        help="hard-attention models: read the most likely cell, or the expected context Σ α_i a_i",
+    )
+    g.add_argument(
         "--seed", type=int, default=None, help="seed for sampling (the same seed, the same captions)"
     )
 
 
 DECODING_FLAGS = ("num_beams", "num_return_sequences", "do_sample", "temperature", "top_k", "top_p",
-                  "length_penalty", "no_repeat_ngram_size", "repetition_penalty", "max_new_tokens")  # fmt: skip
+                  "length_penalty", "no_repeat_ngram_size", "repetition_penalty", "max_new_tokens",
+                  "hard_attention")  # fmt: skip
 
 
 def decoding_options(args: argparse.Namespace) -> dict:

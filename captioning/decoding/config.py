@@ -10,6 +10,7 @@
 | ``no_repeat_ngram_size`` | no n-gram of this size occurs twice in a caption (0 = off) |
 | ``repetition_penalty`` | CTRL's penalty on the logits of words already generated (1.0 = off) |
 | ``max_new_tokens`` | the most tokens generated, ``<end>`` included |
+| ``hard_attention`` | hard-attention decoders only: ``"cell"`` reads the most likely cell a_{argmax α}; ``"expected"`` the expected context Σ_i α_i a_i, as the authors' code decodes its stochastic-attention models (arctic-captions ``capgen.py``: ``alpha_sample = alpha`` when not sampling). Soft attention is the expectation already |
 
 Differences from HF's defaults, both deliberate: ``length_penalty`` defaults to 0 (our beam search keeps
 finished beams competing, so a caption needs no length bonus to win), and ``top_k`` defaults to 0 (no
@@ -21,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+HARD_ATTENTION_CONTEXTS = ("cell", "expected")
 
 # Names of earlier checkpoints, CLIs and configs, and the option each became.
 LEGACY_NAMES = {"beam_size": "num_beams", "max_length": "max_new_tokens"}
@@ -50,6 +53,10 @@ OPTION_CHECKS = {
     "no_repeat_ngram_size": _integer(0, 100),
     "repetition_penalty": _number(lambda v: 0 < v <= 100, "a number in (0, 100] (1.0 = off)"),
     "max_new_tokens": _integer(1, 1000),
+    "hard_attention": (
+        lambda v: v in HARD_ATTENTION_CONTEXTS,
+        "'cell' (the most likely cell) or 'expected' (the expected context, Σ α_i a_i)",
+    ),
 }
 
 
@@ -72,6 +79,7 @@ class GenerationConfig:
     no_repeat_ngram_size: int = 0
     repetition_penalty: float = 1.0
     max_new_tokens: int = 20
+    hard_attention: str = "cell"
 
     def __post_init__(self) -> None:
         for name, value in self.to_dict().items():

@@ -15,6 +15,7 @@ At the end an image's rows are ranked by log_prob / length ** length_penalty and
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,7 @@ from torch import Tensor
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
 from captioning.decoding.processors import processed_log_probs, warp
+from captioning.models.attention.hard import HardAttention
 from captioning.models.decoders.base import Decoder
 
 
@@ -62,6 +64,27 @@ def generate(
 
     ``generator`` makes sampling reproducible (the same seed, the same captions)."""
     cfg = (config or GenerationConfig()).replace(**options)  # no options: the config itself
+    with _hard_attention_context(decoder, cfg.hard_attention):
+        return _search(decoder, features, cfg, generator, mask, start_id, end_id)
+
+
+def _hard_attention_context(decoder: Decoder, context: str) -> contextlib.AbstractContextManager:
+    """``hard_attention="expected"``: a hard-attention decoder reads Σ α_i a_i (see the option's doc)."""
+    attention = getattr(decoder, "attention", None)
+    if context == "expected" and isinstance(attention, HardAttention):
+        return attention.expected_context()
+    return contextlib.nullcontext()
+
+
+def _search(
+    decoder: Decoder,
+    features: Tensor,
+    cfg: GenerationConfig,
+    generator: torch.Generator | None,
+    mask: Tensor | None,
+    start_id: int,
+    end_id: int,
+) -> Generated:
     b, device = features.shape[0], features.device
     sample = cfg.do_sample
     r = cfg.num_return_sequences if sample else cfg.num_beams  # rows per image

@@ -62,7 +62,7 @@ class GumbelHardAttention(HardAttention):
     ) -> AttentionOutput:
         scores, mask, alphas, log_alphas = self.distribution(query, keys, mask)  # (B·K, L) each
         if not self.training:
-            return self.one_cell(self.choose(alphas), alphas, log_alphas, features)
+            return self.inference_output(alphas, log_alphas, features)
         # Noise drawn as torch.nn.functional.gumbel_softmax draws it, so the two agree under one seed.
         gumbel = -torch.empty_like(scores).exponential_().log()  # (B·K, L) Gumbel(0, 1)
         relaxed = masked_softmax((scores + gumbel) / self.tau, mask)  # (B·K, L) Gumbel-softmax sample

@@ -13,7 +13,11 @@ This module holds what both share: choosing one location, the one-hot output, re
 locations, and sampling at inference.
 
 In eval mode both take the most likely location (deterministic, so greedy and beam search are
-reproducible), or sample it when ``sample_at_inference``. ``weights`` are then one-hot rows, which the
+reproducible), or sample it when ``sample_at_inference``, or, within ``expected_context()``, read the
+expected context Σ_i α_i a_i: the authors' code decodes its stochastic-attention models that way
+(arctic-captions ``capgen.py``, ``alpha_sample = alpha`` when not sampling), the deterministic
+approximation of eq. 11's expectation over s that semi-sampling trains (§4.1). The decoding option
+``hard_attention="expected"`` selects it. ``weights`` are then one-hot rows, which the
 overlay renderer draws as crisp cells. Training state (baseline, step counter) lives in buffers so it is
 checkpointed, and changes only in training mode: ``auxiliary_loss`` also runs on validation batches.
 """
@@ -59,6 +63,7 @@ class HardAttention(AdditiveAttention):
         self.sample_at_inference = sample_at_inference
         self._replay: Tensor | None = None  # (B, T) locations to take instead of choosing (see replay)
         self._replay_step = 0
+        self._expected = False  # eval-mode passes read Σ α_i a_i (see expected_context)
 
     def distribution(
         self, query: Tensor, keys: Tensor, mask: Tensor | None
@@ -88,6 +93,28 @@ class HardAttention(AdditiveAttention):
             yield
         finally:
             self.sample_at_inference = before
+
+    @contextlib.contextmanager
+    def expected_context(self) -> Iterator[None]:
+        """Within the block, eval-mode passes read the expected context Σ_i α_i a_i (weights = α) instead
+        of one cell; sampling (``sampling()``, SCST) and replay still choose cells."""
+        before, self._expected = self._expected, True
+        try:
+            yield
+        finally:
+            self._expected = before
+
+    def inference_output(self, alphas: Tensor, log_alphas: Tensor, features: Tensor) -> AttentionOutput:
+        """The eval-mode output: the expected context (``expected_context``) or the chosen cell."""
+        if self._expected and self._replay is None and not self.sample_at_inference:
+            return AttentionOutput(
+                context=attend(alphas, features),  # (B·K, D) = Σ_i α_i a_i
+                weights=alphas,
+                alphas=alphas,
+                log_prob=torch.zeros_like(alphas[:, 0]),  # no location is chosen
+                entropy=entropy_of(alphas),
+            )
+        return self.one_cell(self.choose(alphas), alphas, log_alphas, features)
 
     def choose(self, alphas: Tensor) -> Tensor:
         """(B, L) -> (B,) location indices: a sample in training (or when asked), else the argmax."""

@@ -212,7 +212,10 @@ class ReinforceHardAttention(HardAttention):
                 log_prob=torch.zeros_like(alphas[:, 0]),
                 entropy=entropy_of(alphas),
             )
-        out = self.one_cell(self.choose(alphas), alphas, log_alphas, features)
+        if self.training:
+            out = self.one_cell(self.choose(alphas), alphas, log_alphas, features)
+        else:
+            out = self.inference_output(alphas, log_alphas, features)
         if self.value_head is not None:
             out.value = self.value_head(query.detach()).squeeze(-1)  # (B·K,) b(h_{t-1}), chosen-s-free
         return out
