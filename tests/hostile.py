@@ -63,3 +63,13 @@ def exported(good: Path, out: Path) -> Path:
     from captioning.checkpoints.export import export_checkpoint
 
     return export_checkpoint(good, out)
+
+
+def set_first(suffix: str, value):
+    """A mutation of a checkpoint dict: the first state-dict tensor whose name ends in ``suffix``."""
+
+    def mutate(c: dict) -> None:
+        name = next(k for k in c["state_dict"] if k.endswith(suffix))
+        c["state_dict"][name] = value(c["state_dict"][name])
+
+    return mutate

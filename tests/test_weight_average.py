@@ -77,7 +77,9 @@ def test_decay_warms_up_and_bad_values_are_refused() -> None:
     assert cb.decay_at(0) == pytest.approx(0.1) and cb.decay_at(10) == pytest.approx(11 / 20)
     assert cb.decay_at(10_000) == 0.999
     for bad in (0.0, 1.0, -0.5, 1.5):
-        with pytest.raises(ValueError, match=r"callbacks.weight_average.decay: expected a number in \(0, 1\)"):
+        with pytest.raises(
+            ValueError, match=r"callbacks.weight_average.decay: expected a number in \(0, 1\)"
+        ):
             WeightAverage(decay=bad)
 
 
@@ -95,7 +97,11 @@ def test_checkpoints_and_validation_hold_the_average_of_its_formula(tmp_path: Pa
     _assert_close(Probe.validated[0], average)
     for path in (best, tmp_path / "checkpoints" / "last.ckpt"):
         saved = torch.load(path, weights_only=True)
-        net = {k.removeprefix("net."): v for k, v in saved["state_dict"].items() if k.removeprefix("net.") in average}
+        net = {
+            k.removeprefix("net."): v
+            for k, v in saved["state_dict"].items()
+            if k.removeprefix("net.") in average
+        }
         _assert_close(net, average)
         _assert_close(saved["callbacks"]["WeightAverage"]["trained"], trained_end, atol=0)
         assert saved["callbacks"]["WeightAverage"]["num_updates"] == 15
