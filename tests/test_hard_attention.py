@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 from PIL import Image
 from torch import nn
 
@@ -23,7 +24,7 @@ from captioning.models.decoders.base import shift_inputs
 from captioning.training.callbacks.grad_norm import AttentionGradNorm
 from captioning.training.train import train
 
-from conftest import TINY, compose_train
+from conftest import CONF, TINY, compose_train
 from helpers import build_net, random_batch
 
 
@@ -191,3 +192,5 @@ def test_the_hard_attention_option_is_checked_and_reaches_the_caption_cli():
         ["caption", "x.png", "--checkpoint", "c.ckpt", "--hard-attention", "expected"]
     )
     assert decoding_options(args) == {"hard_attention": "expected"}
+    # every decoding option is an `evaluate` override (decoding.hard_attention=expected)
+    assert set(OmegaConf.load(CONF / "eval.yaml").decoding) == set(GenerationConfig().to_dict())
