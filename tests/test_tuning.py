@@ -129,6 +129,21 @@ def test_tune_cli_prints_the_grid_writes_the_table_and_stores_the_best(tmp_path:
     assert "<- best" in capsys.readouterr().out
 
 
+def test_tune_searches_the_hard_attention_context_when_asked(tmp_path: Path, capsys) -> None:
+    ckpt = write_checkpoint(tmp_path / "hard.ckpt", extra=["model/decoder=hard_reinforce"])
+    out = tmp_path / "tuning.json"
+    argv = ["tune", "--checkpoint", str(ckpt), "--num-beams", "1", "--length-penalty", "0"]
+    argv += ["--no-repeat-ngram-size", "0", "--hard-attention", "cell", "expected", "--out", str(out)]
+    argv += ["--write", "data=synthetic", "data.val.num_images=8", "feature_cache=false"]
+    assert main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["options"]["hard_attention"] for r in rows] == ["cell", "expected"]
+    best_row = max(rows, key=lambda r: r["cider"])  # ties: the earlier row, as `best` picks
+    assert load_captioner(ckpt).decoding["hard_attention"] == best_row["options"]["hard_attention"]
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("num_beams"))
+    assert "context" in header  # the table shows the searched context
+
+
 def test_tune_cli_refuses_a_bad_grid_value_in_one_line(tmp_path: Path, capsys) -> None:
     ckpt = write_checkpoint(tmp_path / "m.ckpt")
     assert main(["tune", "--checkpoint", str(ckpt), "data=synthetic", "--num-beams", "0"]) == 2

@@ -31,6 +31,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--num-beams", type=int, nargs="+", default=[3, 5])
     parser.add_argument("--length-penalty", type=float, nargs="+", default=[0.0, 0.5, 1.0])
     parser.add_argument("--no-repeat-ngram-size", type=int, nargs="+", default=[0, 3])
+    parser.add_argument(
+        "--hard-attention",
+        nargs="+",
+        choices=("cell", "expected"),
+        default=None,
+        help="hard-attention models: also search the context read at inference (default: the stored one)",
+    )
     parser.add_argument("--write", action="store_true", help="store the best setting in the checkpoint")
     parser.add_argument(
         "--out", type=path_arg, default=None, help="tuning.json (default: beside the evaluations)"
@@ -40,13 +47,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _table(rows, chosen) -> str:
-    lines = ["num_beams  length_penalty  no_repeat_ngram  CIDEr-D  (even / odd half)  words"]
+    context = "hard_attention" in rows[0].options
+    lines = ["num_beams  length_penalty  no_repeat_ngram  " + ("context   " if context else "")
+             + "CIDEr-D  (even / odd half)  words"]  # fmt: skip
     for r in rows:
         o = r.options
         mark = "  <- best" if r is chosen else ""
         lines.append(
             f"{o['num_beams']:>9}  {o['length_penalty']:>14}  {o['no_repeat_ngram_size']:>15}  "
-            f"{100 * r.cider:7.2f}  ({100 * r.cider_even:6.2f} / {100 * r.cider_odd:6.2f})  "
+            + (f"{o['hard_attention']:<8}  " if context else "")
+            + f"{100 * r.cider:7.2f}  ({100 * r.cider_even:6.2f} / {100 * r.cider_odd:6.2f})  "
             f"{r.mean_length:5.2f}{mark}"
         )
     return "\n".join(lines)
@@ -84,11 +94,14 @@ def run(args: argparse.Namespace) -> int:
     from captioning.training.validate import check_eval_config
 
     try:
-        settings = grid(
-            num_beams=args.num_beams,
-            length_penalty=args.length_penalty,
-            no_repeat_ngram_size=args.no_repeat_ngram_size,
-        )
+        axes = {
+            "num_beams": args.num_beams,
+            "length_penalty": args.length_penalty,
+            "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        }
+        if args.hard_attention:
+            axes["hard_attention"] = args.hard_attention
+        settings = grid(**axes)
         for options in settings:
             for name, value in options.items():
                 check_option(name, value)
