@@ -194,3 +194,14 @@ def test_the_hard_attention_option_is_checked_and_reaches_the_caption_cli():
     assert decoding_options(args) == {"hard_attention": "expected"}
     # every decoding option is an `evaluate` override (decoding.hard_attention=expected)
     assert set(OmegaConf.load(CONF / "eval.yaml").decoding) == set(GenerationConfig().to_dict())
+
+
+def test_cell_inside_an_outer_expected_block_still_reads_one_cell():
+    net = build_net("hard_reinforce", seed=3).eval()
+    features, _ = random_batch(net, batch=2)
+    with net.decoder.attention.expected_context():
+        cell = generate(net.decoder, features, max_new_tokens=4, hard_attention="cell")
+        assert net.decoder.attention._expected  # the outer block's mode is back
+    assert not net.decoder.attention._expected
+    live = cell.attention.sum(-1) > 0
+    assert torch.equal(cell.attention.amax(-1)[live], torch.ones(int(live.sum())))

@@ -296,3 +296,43 @@ def test_a_run_stopped_by_max_steps_mid_epoch_resumes_inside_that_epoch(tmp_path
     best = Path(train(compose_train([*run, "ckpt_path=last", "trainer.max_steps=15"], tmp_path)))
     assert best.name.startswith("epoch000-step000015-cider")  # the epoch's rest trained and validated
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 15
+
+
+class SigtermAtValidation(pl.Callback):
+    """A real SIGTERM to this process during the first epoch's validation (Lightning's handler stops)."""
+
+    def on_validation_batch_end(
+        self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx, *args
+    ) -> None:
+        if not trainer.sanity_checking and trainer.current_epoch == 0 and batch_idx == 0:
+            os.kill(os.getpid(), signal.SIGTERM)  # Lightning stops after this batch, the second never runs
+
+
+def test_a_sigterm_during_validation_leaves_the_previous_last_ckpt_so_resume_validates(
+    tmp_path: Path,
+) -> None:
+    run = [*EPOCH_END_RUN, "trainer.max_epochs=1", "data.eval_batch_size=4"]  # two validation batches
+    cfg = _with_callback(compose_train(run, tmp_path), "SigtermAtValidation")
+    with pytest.raises(Exception, match="SIGTERM"):
+        train(cfg)
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (saved["global_step"], saved["epoch"]) == (5, 0)  # not a "validated" step 10 that was not
+    best = Path(train(compose_train([*run, "ckpt_path=last"], tmp_path)))
+    assert best.name.startswith("epoch000-step000010-cider")  # epoch 0 validated after the resume
+
+
+def test_max_steps_on_a_step_interval_validation_saves_the_validated_state(tmp_path: Path) -> None:
+    run = [*TINY, "trainer.val_check_interval=5", "trainer.check_val_every_n_epoch=null"]
+    run += [
+        "callbacks.last_checkpoint.every_n_train_steps=100",
+        "callbacks.model_checkpoint.monitor=val/loss",
+    ]
+    run += ["callbacks.model_checkpoint.mode=min"]
+    best = Path(train(compose_train([*run, "trainer.max_steps=10"], tmp_path)))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 10
+    ranking = next(
+        v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint") and "val/loss" in k
+    )
+    assert best.name.startswith("epoch000-step000010")  # the last validation is the best (val/loss falls)
+    assert Path(ranking["best_model_path"]).name == best.name  # and last.ckpt's ranking state knows it

@@ -144,6 +144,21 @@ def test_tune_searches_the_hard_attention_context_when_asked(tmp_path: Path, cap
     assert "context" in header  # the table shows the searched context
 
 
+def test_tune_refuses_the_hard_attention_axis_for_a_soft_model(tmp_path: Path, capsys) -> None:
+    ckpt = write_checkpoint(tmp_path / "soft.ckpt")
+    argv = [
+        "tune",
+        "--checkpoint",
+        str(ckpt),
+        "data=synthetic",
+        "data.val.num_images=8",
+        "feature_cache=false",
+    ]
+    assert main([*argv, "--num-beams", "1", "--hard-attention", "cell", "expected"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "has no hard attention" in err and str(ckpt) in err
+
+
 def test_tune_cli_refuses_a_bad_grid_value_in_one_line(tmp_path: Path, capsys) -> None:
     ckpt = write_checkpoint(tmp_path / "m.ckpt")
     assert main(["tune", "--checkpoint", str(ckpt), "data=synthetic", "--num-beams", "0"]) == 2

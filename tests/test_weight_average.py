@@ -12,6 +12,7 @@ from omegaconf import OmegaConf, open_dict
 
 from captioning.checkpoints.load import load_captioner
 from captioning.training.callbacks.weight_average import WeightAverage
+from captioning.training.resume import ResumeError
 from captioning.training.train import train
 
 from conftest import TINY, compose_train
@@ -131,3 +132,35 @@ def test_resume_puts_the_trained_weights_back_and_keeps_the_average(tmp_path: Pa
     _assert_close(Probe.at_start[0], first[-1], atol=0)  # training goes on from its own weights
     # and the average goes on from step 10's: five more updates give the uninterrupted formula's
     _assert_close(Probe.validated[0], _reference_average(first + Probe.steps, 0.9))
+
+
+def test_a_tied_matrix_is_saved_as_the_average_under_both_names(tmp_path: Path) -> None:
+    best = _run([*RUN, "model/decoder=transformer"], tmp_path)  # output layer tied to the embedding
+    average = _reference_average(Probe.steps, 0.9)
+    assert "decoder.out.weight" not in average  # one parameter, averaged once
+    state = torch.load(best, weights_only=True)["state_dict"]
+    torch.testing.assert_close(state["net.decoder.out.weight"].double(), average["decoder.embedding.weight"])
+    torch.testing.assert_close(
+        state["net.decoder.embedding.weight"].double(), average["decoder.embedding.weight"]
+    )
+    loaded = load_captioner(best).net.decoder
+    assert loaded.out.weight is loaded.embedding.weight or torch.equal(
+        loaded.out.weight, loaded.embedding.weight
+    )
+
+
+def test_gradient_accumulation_averages_once_per_optimizer_step(tmp_path: Path) -> None:
+    best = _run([*RUN, "+trainer.accumulate_grad_batches=3"], tmp_path)  # 15 batches, 5 optimizer steps
+    saved = torch.load(best, weights_only=True)
+    assert saved["global_step"] == 5 and saved["callbacks"]["WeightAverage"]["num_updates"] == 5
+    after_steps = Probe.steps[2::3]  # the weights after batches 3, 6, ..., 15
+    net = {k.removeprefix("net."): v for k, v in saved["state_dict"].items()}
+    average = _reference_average(after_steps, 0.9)
+    _assert_close({k: net[k] for k in average}, average)
+
+
+def test_resuming_an_averaged_checkpoint_without_the_average_is_refused(tmp_path: Path) -> None:
+    _run([*RUN, "trainer.max_steps=10"], tmp_path)
+    plain = [r for r in RUN if not r.startswith("callbacks")]
+    with pytest.raises(ResumeError, match="resume with callbacks=weight_average"):
+        train(compose_train([*plain, "ckpt_path=last", "trainer.max_steps=15"], tmp_path))

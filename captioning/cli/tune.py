@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import build_source, decode_source
     from captioning.inference.tuning import SplitScorer, best, grid, held_out, score_setting
+    from captioning.models.attention.hard import HardAttention
     from captioning.training.config import compose_config
     from captioning.training.validate import check_eval_config
 
@@ -112,6 +113,13 @@ def run(args: argparse.Namespace) -> int:
         if len(source) < 2:  # the choice is checked on a held-out half: each half needs an image
             raise ValueError(f"the {cfg.split} split has {len(source)} image(s); tuning needs at least 2")
         model = load_captioner(args.checkpoint)
+        if args.hard_attention and not isinstance(
+            getattr(model.net.decoder, "attention", None), HardAttention
+        ):
+            raise ValueError(
+                f"--hard-attention: {args.checkpoint} has no hard attention to decode either way (soft "
+                "attention reads the expected context already)"
+            )
         encoder = model.net.encoder
         frozen = not any(p.requires_grad for p in encoder.parameters())
         cache = FeatureCache(encoder, cfg.paths.cache) if cfg.feature_cache and frozen else None

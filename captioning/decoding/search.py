@@ -71,8 +71,8 @@ def generate(
 def _hard_attention_context(decoder: Decoder, context: str) -> contextlib.AbstractContextManager:
     """``hard_attention="expected"``: a hard-attention decoder reads Σ α_i a_i (see the option's doc)."""
     attention = getattr(decoder, "attention", None)
-    if context == "expected" and isinstance(attention, HardAttention):
-        return attention.expected_context()
+    if isinstance(attention, HardAttention):
+        return attention.expected_context(context == "expected")
     return contextlib.nullcontext()
 
 

@@ -88,11 +88,22 @@ def _config_differences(saved: str | dict | None, current: str) -> list[str]:
 
 
 def check_resume_matches(
-    ckpt_path: str | Path, vocab: dict, net_config: str, max_steps: int | None = None
+    ckpt_path: str | Path,
+    vocab: dict,
+    net_config: str,
+    max_steps: int | None = None,
+    weight_average: bool = False,
 ) -> None:
     """Raise :class:`ResumeError` unless ``ckpt_path`` holds this run's vocabulary and network config,
-    and has steps left to train under ``max_steps`` (-1 or None: no step limit)."""
+    has steps left to train under ``max_steps`` (-1 or None: no step limit), and, if its weights are a
+    weight average, this run keeps averaging (``weight_average``: the run has the callback)."""
     checkpoint = read_checkpoint(ckpt_path)
+    averaged = (checkpoint.get("callbacks") or {}).get("WeightAverage") or {}
+    if "trained" in averaged and not weight_average:
+        raise ResumeError(  # else training would go on from the average, the trained weights dropped
+            f"{ckpt_path}: its weights are a weight average (the trained ones are in its WeightAverage "
+            "state); resume with callbacks=weight_average, as it was trained"
+        )
     done = checkpoint.get("global_step")
     if not isinstance(done, int) or isinstance(done, bool) or done < 0:
         raise ResumeError(

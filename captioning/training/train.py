@@ -79,7 +79,13 @@ def train(cfg: DictConfig) -> str:
 
     model = build_model(cfg.model, vocab)  # the network config travels with the checkpoint (as YAML)
     if ckpt_path:  # resuming: the data must give the same vocabulary, the model the same config
-        check_resume_matches(ckpt_path, vocab.to_dict(), model.net_config, cfg.trainer.get("max_steps"))
+        averaging = any(
+            str((c or {}).get("_target_", "")).endswith(".WeightAverage")
+            for c in (cfg.get("callbacks") or {}).values()
+        )
+        check_resume_matches(
+            ckpt_path, vocab.to_dict(), model.net_config, cfg.trainer.get("max_steps"), averaging
+        )
 
     try:  # a callback or logger refusing its arguments (every_n_steps=-1) is a config mistake too
         callbacks = instantiate_dict(cfg.get("callbacks"))

@@ -95,10 +95,11 @@ class HardAttention(AdditiveAttention):
             self.sample_at_inference = before
 
     @contextlib.contextmanager
-    def expected_context(self) -> Iterator[None]:
+    def expected_context(self, on: bool = True) -> Iterator[None]:
         """Within the block, eval-mode passes read the expected context Σ_i α_i a_i (weights = α) instead
-        of one cell; sampling (``sampling()``, SCST) and replay still choose cells."""
-        before, self._expected = self._expected, True
+        of one cell (``on=False``: one cell, even inside an outer block); sampling (``sampling()``, SCST,
+        or a layer built with ``sample_at_inference``) and replay still choose cells."""
+        before, self._expected = self._expected, on
         try:
             yield
         finally:

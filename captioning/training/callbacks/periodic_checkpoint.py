@@ -17,6 +17,8 @@ one) would resume a longer run in the next epoch, skipping the rest of this one 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
@@ -60,13 +62,22 @@ class PeriodicCheckpoint(ModelCheckpoint):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         # A SIGTERM that arrived after this batch's on_train_batch_end: Lightning stops at the batch's end.
-        if isinstance(exception, SIGTERMException) and self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        # One during a validation is not saved over an existing last.ckpt: the loop state would say the
+        # step was validated, and the resumed run would never validate it.
+        if not isinstance(exception, SIGTERMException) or self._last_global_step_saved == trainer.global_step:
+            return
+        last = Path(self.dirpath or ".") / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+        if trainer.validating and last.is_file():
+            return
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
-        if not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING:
-            self._save_pending(trainer)  # the validated state, whether or not a periodic save was due
+        if not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING and not trainer.fast_dev_run:
+            # The validated state, whether or not a periodic save was due, even when this step was saved
+            # just before (max_steps on a step-interval validation): its ranking state is newer.
+            self._save_after_validation = False
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # A finished run's last.ckpt is its end, so resuming extends it: the steps since the last periodic

@@ -1,13 +1,15 @@
 """WeightAverage: an exponential moving average of the trained weights (Polyak averaging), used for
 validation, checkpoint ranking and every saved checkpoint.
 
-θ̄_n = d_n θ̄_{n-1} + (1 − d_n) θ_n after each optimizer step n, with d_n = min(decay, (1 + n) / (10 + n)):
-the warm-up term keeps the first averages from being dominated by the initial weights (the running
-mean's weight on θ_0 after n steps is Π d_k, which the fixed decay alone would leave at decay^n). With
+θ̄ = θ after the first optimizer step, then θ̄ ← d_k θ̄ + (1 − d_k) θ after the k-th step that follows
+(k = 1, 2, ...; micro-batches of gradient accumulation do not count), with d_k = min(decay, (1 + k) /
+(10 + k)): the warm-up term keeps the first averages from being dominated by the earliest weights (with
+the fixed decay alone their weight after k steps would still be decay^k). With
 decay 0.999 the average spans ~1,000 steps, two Flickr8k epochs: it smooths the noise of the last steps
 of a small-data run that starts to overfit (strong dropout, 30k captions).
 
-Only the network's trainable parameters are averaged; buffers (the REINFORCE baseline, step counters,
+Only the network's trainable parameters are averaged (a tied matrix once, written under each of its
+names: the Transformer's output layer shares the token embedding); buffers (the REINFORCE baseline, step counters,
 the frozen encoder's batch-norm statistics) stay those of the trained model, since averaging a counter
 or a running statistic means nothing. Lightning's ``WeightAveraging`` would deep-copy the whole module
 (frozen encoder included) and average buffers by default; this keeps one float32 shadow per trained
@@ -36,6 +38,7 @@ class WeightAverage(pl.Callback):
         self._average: dict[str, Tensor] = {}  # name -> float32 running average
         self._swapped = False  # True while the module holds the average (validation)
         self._restore: dict[str, Tensor] | None = None  # trained weights read from a checkpoint
+        self._seen_step: int | None = None  # the optimizer step of the last update
 
     @property
     def state_key(self) -> str:
@@ -43,14 +46,28 @@ class WeightAverage(pl.Callback):
 
     @staticmethod
     def _trained(pl_module: pl.LightningModule) -> dict[str, Tensor]:
+        """Trainable parameters by name, a tied one once (under its first name)."""
         return {n: p for n, p in pl_module.net.named_parameters() if p.requires_grad}
 
-    def decay_at(self, n: int) -> float:
-        """d_n of the module docstring (n = number of updates so far, 0 for the first)."""
-        return min(self.decay, (1.0 + n) / (10.0 + n))
+    @staticmethod
+    def _names(pl_module: pl.LightningModule) -> dict[str, str]:
+        """Every state_dict name of a trainable parameter -> the name it is averaged under."""
+        first: dict[int, str] = {}
+        return {
+            n: first.setdefault(id(p), n)
+            for n, p in pl_module.net.named_parameters(remove_duplicate=False)
+            if p.requires_grad
+        }
+
+    def decay_at(self, k: int) -> float:
+        """d_k of the module docstring (k = updates since the first)."""
+        return min(self.decay, (1.0 + k) / (10.0 + k))
 
     # -- averaging --------------------------------------------------------------------------------
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if trainer.global_step == self._seen_step:
+            return  # a micro-batch of gradient accumulation: the weights did not move
+        self._seen_step = trainer.global_step
         trained = self._trained(pl_module)
         if not self._average:  # the first update (after init_from or a resume has set the weights)
             self._average = {n: p.detach().float().clone() for n, p in trained.items()}
@@ -90,8 +107,8 @@ class WeightAverage(pl.Callback):
             return  # nothing averaged yet: the checkpoint holds the trained weights as they are
         averaged, trained = self._split(pl_module)
         dtypes = {n: p.dtype for n, p in self._trained(pl_module).items()}
-        for name, value in averaged.items():
-            checkpoint["state_dict"][f"net.{name}"] = value.to(dtypes[name]).clone()
+        for name, averaged_as in self._names(pl_module).items():
+            checkpoint["state_dict"][f"net.{name}"] = averaged[averaged_as].to(dtypes[averaged_as]).clone()
         state = checkpoint.setdefault("callbacks", {}).setdefault(self.state_key, self.state_dict())
         state["trained"] = {n: v.clone() for n, v in trained.items()}
 
@@ -100,6 +117,7 @@ class WeightAverage(pl.Callback):
         self._restore = state_dict.get("trained")
 
     def on_train_start(self, trainer, pl_module) -> None:
+        self._seen_step = trainer.global_step  # 0, or the resumed step: the next update is a new one
         # Resuming: the module was loaded from state_dict, i.e. the average; put the trained weights
         # back and keep the average as the running one.
         if self._restore is None:
