@@ -1,6 +1,6 @@
 """Object accuracy and grounding of a checkpoint on new synthetic scenes, from both renderers.
 
-    python scripts/scene_accuracy.py CKPT [--scenes 200] [--num-beams 1] [--json out.json]
+    python scripts/scene_accuracy.py CKPT [--scenes 200] [--num-beams 1] [--hard-attention expected] [--json out.json]
 
 Captions N scenes of the project's renderer (a seed stream no split draws from) and N scenes of the
 independently written renderer ``tests/alt_renderer.py`` (loaded from its file: it is a test fixture,
@@ -55,9 +55,11 @@ def scenes(kind: str, n: int) -> list[tuple[Image.Image, list[dict], list[str]]]
     ]
 
 
-def measure(model: Captioner, kind: str, n: int, num_beams: int) -> dict:
+def measure(model: Captioner, kind: str, n: int, num_beams: int, hard_attention: str | None = None) -> dict:
     data = scenes(kind, n)
-    results = model.caption([img for img, _, _ in data], batch_size=50, num_beams=num_beams)
+    results = model.caption(
+        [img for img, _, _ in data], batch_size=50, num_beams=num_beams, hard_attention=hard_attention
+    )
     captions = [r.caption for r in results]
     objects = object_accuracy(captions, [objs for _, objs, _ in data])
     samples = [
@@ -75,10 +77,18 @@ def main() -> int:
     p.add_argument("checkpoint")
     p.add_argument("--scenes", type=int, default=200)
     p.add_argument("--num-beams", type=int, default=None, help="default: the checkpoint's decoding")
+    p.add_argument(
+        "--hard-attention",
+        choices=("cell", "expected"),
+        default=None,
+        help="hard-attention models: the context read at inference (default: the checkpoint's)",
+    )
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     model = Captioner.from_checkpoint(args.checkpoint)
-    rows = [measure(model, kind, args.scenes, args.num_beams) for kind in ("project", "alt")]
+    rows = [
+        measure(model, kind, args.scenes, args.num_beams, args.hard_attention) for kind in ("project", "alt")
+    ]
     for r in rows:
         attrs = " ".join(f"{k} {v:.3f}" for k, v in r["attribute_accuracy"].items())
         print(
@@ -88,7 +98,12 @@ def main() -> int:
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"checkpoint": Path(args.checkpoint).name, "num_beams": args.num_beams, "rows": rows},
+                {
+                    "checkpoint": Path(args.checkpoint).name,
+                    "num_beams": args.num_beams,
+                    "hard_attention": args.hard_attention,
+                    "rows": rows,
+                },
                 indent=1,
             )
         )
