@@ -17,8 +17,8 @@ reproducible), or sample it when ``sample_at_inference``, or, within ``expected_
 expected context Σ_i α_i a_i: the authors' code decodes its stochastic-attention models that way
 (arctic-captions ``capgen.py``, ``alpha_sample = alpha`` when not sampling), the deterministic
 approximation of eq. 11's expectation over s that semi-sampling trains (§4.1). The decoding option
-``hard_attention="expected"`` selects it. ``weights`` are then one-hot rows, which the
-overlay renderer draws as crisp cells. Training state (baseline, step counter) lives in buffers so it is
+``hard_attention="expected"`` selects it. With a chosen cell ``weights`` are one-hot rows, which
+the overlay renderer draws as crisp cells; with the expected context they are α. Training state (baseline, step counter) lives in buffers so it is
 checkpointed, and changes only in training mode: ``auxiliary_loss`` also runs on validation batches.
 """
 
