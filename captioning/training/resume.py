@@ -87,6 +87,13 @@ def _config_differences(saved: str | dict | None, current: str) -> list[str]:
     ]
 
 
+def averages_weights(callbacks: Any) -> bool:
+    """Whether a ``callbacks`` config (name -> {_target_: ...}) includes the weight average."""
+    return any(
+        str((c or {}).get("_target_", "")).endswith(".WeightAverage") for c in (callbacks or {}).values()
+    )
+
+
 def check_resume_matches(
     ckpt_path: str | Path,
     vocab: dict,

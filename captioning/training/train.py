@@ -26,6 +26,7 @@ from captioning.training.build import build_model  # noqa: E402
 from captioning.training.config import CONFIG_DIR  # noqa: E402
 from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
 from captioning.training.resume import (  # noqa: E402
+    averages_weights,
     check_fresh_run_dir,
     check_resume_matches,
     last_checkpoint_path,
@@ -79,12 +80,12 @@ def train(cfg: DictConfig) -> str:
 
     model = build_model(cfg.model, vocab)  # the network config travels with the checkpoint (as YAML)
     if ckpt_path:  # resuming: the data must give the same vocabulary, the model the same config
-        averaging = any(
-            str((c or {}).get("_target_", "")).endswith(".WeightAverage")
-            for c in (cfg.get("callbacks") or {}).values()
-        )
         check_resume_matches(
-            ckpt_path, vocab.to_dict(), model.net_config, cfg.trainer.get("max_steps"), averaging
+            ckpt_path,
+            vocab.to_dict(),
+            model.net_config,
+            cfg.trainer.get("max_steps"),
+            weight_average=averages_weights(cfg.get("callbacks")),
         )
 
     try:  # a callback or logger refusing its arguments (every_n_steps=-1) is a config mistake too
