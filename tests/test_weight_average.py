@@ -59,7 +59,8 @@ def _run(overrides: list[str], run_dir: Path) -> str:
 
 
 def _reference_average(steps: list[dict], decay: float) -> dict:
-    """θ̄_1 = θ_1, θ̄_n = d_n θ̄_{n-1} + (1 - d_n) θ_n with d_n = min(decay, (1 + n) / (10 + n))."""
+    """The first step's weights, then θ̄ ← d_k θ̄ + (1 - d_k) θ for steps[k], k >= 1 (the k-th update after
+    the first), with d_k = min(decay, (1 + k) / (10 + k)): the module docstring's formula."""
     average = {k: v.double() for k, v in steps[0].items()}
     for n, weights in enumerate(steps[1:], start=1):
         d = min(decay, (1 + n) / (10 + n))
