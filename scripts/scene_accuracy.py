@@ -21,6 +21,7 @@ from PIL import Image
 
 from captioning import Captioner
 from captioning.data.synthetic import render_scene
+from captioning.decoding.config import HARD_ATTENTION_CONTEXTS
 from captioning.metrics.coco import score_captions
 from captioning.metrics.grounding import GroundingSample, grounding_accuracy
 from captioning.metrics.objects import object_accuracy
@@ -79,7 +80,7 @@ def main() -> int:
     p.add_argument("--num-beams", type=int, default=None, help="default: the checkpoint's decoding")
     p.add_argument(
         "--hard-attention",
-        choices=("cell", "expected"),
+        choices=HARD_ATTENTION_CONTEXTS,
         default=None,
         help="hard-attention models: the context read at inference (default: the checkpoint's)",
     )
