@@ -1,5 +1,6 @@
-"""Training objective: masked cross-entropy + doubly stochastic attention (Xu et al. eq. 14)
-+ whatever the decoder adds (REINFORCE surrogate and entropy bonus for hard attention, §4.1)."""
+"""Training objective: masked cross-entropy (optionally label-smoothed) + doubly stochastic attention
+(Xu et al. eq. 14) + whatever the decoder adds (REINFORCE surrogate and entropy bonus for hard attention,
+§4.1)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from captioning.models.decoders.base import Decoder, DecoderOutput
 @dataclass
 class LossTerms:
     loss: Tensor  # what is minimised
-    xent: Tensor  # mean cross-entropy per target token (nats)
+    xent: Tensor  # mean cross-entropy per target token (nats), never smoothed: comparable across runs
     attention_reg: Tensor  # λ Σ_i (1 - Σ_t α_ti)² averaged over the batch, + λ_E H(α_t) per token
     logs: dict[str, Tensor] = field(default_factory=dict)  # decoder-specific diagnostics
 
@@ -35,8 +36,15 @@ def attention_entropy(alphas: Tensor, token_mask: Tensor) -> Tensor:
     return (entropy * token_mask).sum() / token_mask.sum().clamp_min(1.0)
 
 
-def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder) -> LossTerms:
+def caption_loss(
+    output: DecoderOutput, targets: Tensor, decoder: Decoder, label_smoothing: float = 0.0
+) -> LossTerms:
     """``targets`` (B, T) are the next tokens, <pad> where the caption has ended.
+
+    ``label_smoothing`` ε (Szegedy et al. 2016) trains against (1 − ε)·one-hot + ε·uniform over the
+    vocabulary: loss = (1 − ε)·NLL + ε·mean_v(−log p_v), per token. Only the minimised loss is smoothed;
+    ``xent`` and the token log-likelihoods the decoder's own terms see (REINFORCE's reward) stay the
+    model's true likelihood.
 
     When the decoder drew K samples per caption (logits with B·K rows, a caption's copies adjacent),
     the targets are repeated to match, so every term averages over the K samples too.
@@ -55,9 +63,15 @@ def caption_loss(output: DecoderOutput, targets: Tensor, decoder: Decoder) -> Lo
         output.logits.reshape(b * t, v).float(), targets.reshape(b * t), reduction="none"
     ).view(b, t)  # (B·T, V) vs (B·T,) -> (B, T); rows, not (B, V, T): softmax over contiguous memory
     xent = -(token_logp * token_mask).sum() / token_mask.sum().clamp_min(1.0)
+    fit = xent
+    if label_smoothing:  # + ε·(mean over the vocabulary of −log p_v − NLL), per real token
+        uniform_nll = -F.log_softmax(output.logits.float(), -1).mean(-1)  # (B, T)
+        fit = xent + label_smoothing * (
+            (uniform_nll * token_mask).sum() / token_mask.sum().clamp_min(1.0) - xent
+        )
     alpha_c = decoder.alpha_c  # the decoder's own weight: eq. 14 is a term of its attention
     reg = alpha_c * doubly_stochastic(output.alphas, token_mask).mean() if alpha_c else xent.new_zeros(())
     if decoder.entropy_c:  # a sharpness penalty on α (LSTMDecoder's docstring)
         reg = reg + decoder.entropy_c * attention_entropy(output.alphas, token_mask)
     aux, logs = decoder.auxiliary_loss(output, token_logp.detach(), token_mask, targets)
-    return LossTerms(loss=xent + reg + aux, xent=xent, attention_reg=reg, logs=logs)
+    return LossTerms(loss=fit + reg + aux, xent=xent, attention_reg=reg, logs=logs)

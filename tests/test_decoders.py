@@ -67,6 +67,28 @@ def test_padding_does_not_change_the_loss():
     torch.testing.assert_close(a.xent, b.xent)
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_label_smoothing_matches_torch_and_leaves_xent_true(decoder):
+    """The smoothed fit equals torch's cross_entropy(label_smoothing=ε) over the real tokens (an outside
+    implementation); xent, what runs compare, stays the unsmoothed likelihood."""
+    net = build_net(decoder, V).eval()
+    net.decoder.alpha_c, net.decoder.entropy_c = 0.0, 0.0  # the cross-entropy alone
+    features, tokens = random_batch(net, batch=3, steps=6, vocab_size=V)
+    inputs, targets = shift_inputs(tokens)
+    targets[0, -2:] = 0  # some padding, which neither term may count
+    with torch.no_grad():
+        out = net.decoder(features, inputs)
+        plain, smoothed = (caption_loss(out, targets, net.decoder, eps) for eps in (0.0, 0.1))
+    rows = out.logits.shape[0] // targets.shape[0]
+    flat_targets = targets.repeat_interleave(rows, 0).reshape(-1)
+    reference = torch.nn.functional.cross_entropy(
+        out.logits.reshape(-1, V).float(), flat_targets, ignore_index=0, label_smoothing=0.1
+    )
+    # The decoder's own terms are the same in both (they see the true likelihood), so they cancel.
+    torch.testing.assert_close(smoothed.loss - plain.loss + plain.xent, reference)
+    torch.testing.assert_close(smoothed.xent, plain.xent)
+
+
 @pytest.mark.parametrize("decoder", [d for d in DECODERS if d != "transformer"])
 def test_lstm_reads_each_location_with_a_fixed_2d_position_code(decoder):
     """[a_i; PE(row_i, col_i)]: the features untouched, the code fixed, so the grid needs no gradient."""

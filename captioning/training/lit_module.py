@@ -41,8 +41,12 @@ class CaptionLitModule(pl.LightningModule):
         image_size: int = 224,
         compile: bool = False,
         init_from: str | None = None,
+        label_smoothing: float = 0.0,
     ):
         super().__init__()
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"model.label_smoothing={label_smoothing}, expected 0 <= ε < 1")
+        self.label_smoothing = label_smoothing  # of the cross-entropy term only (captioning.losses)
         self.init_from = init_from  # weights to start from (a new optimizer): SCST, soft-to-hard, fine-tuning
         # Validation decoding, stored in every checkpoint as the defaults of `captioning caption` etc.
         self.decoding = GenerationConfig.from_dict(decoding, where="model.decoding").to_dict()
@@ -103,7 +107,7 @@ class CaptionLitModule(pl.LightningModule):
     def shared_step(self, batch: dict, stage: str) -> Tensor:
         inputs, targets = shift_inputs(batch["tokens"])  # (B, T), (B, T)
         output = self.net(batch["images"], inputs)
-        terms = caption_loss(output, targets, self.net.decoder)
+        terms = caption_loss(output, targets, self.net.decoder, self.label_smoothing)
         b = targets.shape[0]
         self.log(f"{stage}/loss", terms.loss, prog_bar=True, batch_size=b, sync_dist=stage != "train")
         self.log(f"{stage}/xent", terms.xent, batch_size=b, sync_dist=stage != "train")
