@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from captioning.data.vocab import Vocab
+from captioning.models.attention.hard import per_token_mean
 from captioning.models.decoders.base import Decoder, DecoderOutput
 
 
@@ -33,7 +34,7 @@ def doubly_stochastic(alphas: Tensor, token_mask: Tensor) -> Tensor:
 def attention_entropy(alphas: Tensor, token_mask: Tensor) -> Tensor:
     """Mean H(α_t) = −Σ_i α_ti log α_ti over the real target tokens: alphas (B, T, L) -> ()."""
     entropy = -(alphas * alphas.clamp_min(1e-12).log()).sum(-1)  # (B, T); 0·log 0 = 0
-    return (entropy * token_mask).sum() / token_mask.sum().clamp_min(1.0)
+    return per_token_mean(entropy, token_mask)
 
 
 def caption_loss(
@@ -59,16 +60,18 @@ def caption_loss(
         targets = targets.repeat_interleave(rows // targets.shape[0], dim=0)  # (B·K, T)
     token_mask = (targets != Vocab.pad_id).to(output.logits.dtype)  # (B, T)
     b, t, v = output.logits.shape
-    token_logp = -F.cross_entropy(
-        output.logits.reshape(b * t, v).float(), targets.reshape(b * t), reduction="none"
-    ).view(b, t)  # (B·T, V) vs (B·T,) -> (B, T); rows, not (B, V, T): softmax over contiguous memory
-    xent = -(token_logp * token_mask).sum() / token_mask.sum().clamp_min(1.0)
-    fit = xent
-    if label_smoothing:  # + ε·(mean over the vocabulary of −log p_v − NLL), per real token
-        uniform_nll = -F.log_softmax(output.logits.float(), -1).mean(-1)  # (B, T)
-        fit = xent + label_smoothing * (
-            (uniform_nll * token_mask).sum() / token_mask.sum().clamp_min(1.0) - xent
-        )
+    fit_extra = None
+    if label_smoothing:  # one log-softmax serves the target's term and the uniform one
+        logp = F.log_softmax(output.logits.float(), -1)  # (B, T, V)
+        token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        fit_extra = per_token_mean(-logp.mean(-1), token_mask)  # mean over the vocabulary of −log p_v
+    else:
+        token_logp = -F.cross_entropy(
+            output.logits.reshape(b * t, v).float(), targets.reshape(b * t), reduction="none"
+        ).view(b, t)  # (B·T, V) vs (B·T,) -> (B, T); rows, not (B, V, T): softmax over contiguous memory
+    xent = -per_token_mean(token_logp, token_mask)
+    # (1 − ε)·NLL + ε·uniform NLL, per real token
+    fit = xent if fit_extra is None else (1.0 - label_smoothing) * xent + label_smoothing * fit_extra
     alpha_c = decoder.alpha_c  # the decoder's own weight: eq. 14 is a term of its attention
     reg = alpha_c * doubly_stochastic(output.alphas, token_mask).mean() if alpha_c else xent.new_zeros(())
     if decoder.entropy_c:  # a sharpness penalty on α (LSTMDecoder's docstring)
