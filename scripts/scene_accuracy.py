@@ -92,9 +92,11 @@ def main() -> int:
     ]
     for r in rows:
         attrs = " ".join(f"{k} {v:.3f}" for k, v in r["attribute_accuracy"].items())
+        looks = " ".join(f"{k} {v:.2f}" for k, v in r["attribute_grounding"].items())
         print(
             f"{r['renderer']:>8}: objects right {r['object_accuracy']:.3f} of {r['objects']}, extra/image "
-            f"{r['extra_per_image']:.3f}, grounding {r['grounding']:.3f}, BLEU-4 {r['Bleu_4']:.3f} ({attrs})"
+            f"{r['extra_per_image']:.3f}, grounding {r['grounding']:.3f} ({looks}), BLEU-4 {r['Bleu_4']:.3f} "
+            f"({attrs})"
         )
     if args.json:
         args.json.write_text(

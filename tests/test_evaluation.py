@@ -54,7 +54,8 @@ def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, t
     assert scores["nltk_bleu"]["Bleu_1"] == pytest.approx(scores["scores"]["Bleu_1"], abs=1e-3)
 
     grounding = scores["grounding"]
-    assert set(grounding) == {"grounding", "words", "unmatched"}
+    assert set(grounding) == {"grounding", "words", "unmatched", "attribute_grounding"}
+    assert set(grounding["attribute_grounding"]) == {"size", "color", "shape"}
     assert grounding["words"] == 0 or 0.0 <= grounding["grounding"] <= 1.0
     assert f"num_beams={stored}" in printed and "0-1 scale" in printed and "SPICE" in printed
     assert "attention grounding" in printed and "NLTK corpus_bleu" in printed
@@ -104,11 +105,19 @@ def test_grounding_counts_words_whose_attention_peak_is_on_the_named_object():
         attention[:, peak_y * 96 + peak_x] = 1.0  # row-major over the grid
         return Decoded([0], [" ".join(words)], [words], [attention], grid, indices=[0])
 
-    assert synthetic_grounding(decoded(cx, cy), source) == {"grounding": 1.0, "words": 3, "unmatched": 0}
+    # one size, one colour and one shape word, all looking at the object or all looking away
+    ones = {"size": 1.0, "color": 1.0, "shape": 1.0}
+    assert synthetic_grounding(decoded(cx, cy), source) == {
+        "grounding": 1.0,
+        "words": 3,
+        "unmatched": 0,
+        "attribute_grounding": ones,
+    }
     assert synthetic_grounding(decoded(far_x, far_y), source) == {
         "grounding": 0.0,
         "words": 3,
         "unmatched": 0,
+        "attribute_grounding": {a: 0.0 for a in ones},
     }
 
 

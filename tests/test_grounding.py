@@ -38,7 +38,15 @@ def test_one_hit_one_miss_gives_one_half():
     # "red" looks at the circle (hit), "circle" looks at the bottom right corner (miss); "a" is ignored.
     att = one_hot_attention([BOTTOM_RIGHT_CELL, TOP_LEFT_CELL, BOTTOM_RIGHT_CELL])
     sample = GroundingSample(tokens=tokens, attention=att, grid=GRID, image_size=IMAGE, objects=[RED_CIRCLE])
-    assert grounding_accuracy([sample]) == {"grounding": 0.5, "words": 2, "unmatched": 0}
+    result = grounding_accuracy([sample])
+    assert {k: result[k] for k in ("grounding", "words", "unmatched")} == {
+        "grounding": 0.5,
+        "words": 2,
+        "unmatched": 0,
+    }
+    # "red" hit, "circle" missed; no size word, so its ratio is undefined (NaN), not 0
+    attr = result["attribute_grounding"]
+    assert attr["color"] == 1.0 and attr["shape"] == 0.0 and math.isnan(attr["size"])
 
 
 def test_two_objects_each_word_judged_against_its_own_phrase():
@@ -55,7 +63,12 @@ def test_two_objects_each_word_judged_against_its_own_phrase():
         image_size=IMAGE,
         objects=[RED_CIRCLE, BLUE_SQUARE],
     )
-    assert grounding_accuracy([sample]) == {"grounding": 5 / 6, "words": 6, "unmatched": 0}
+    assert grounding_accuracy([sample]) == {
+        "grounding": 5 / 6,
+        "words": 6,
+        "unmatched": 0,
+        "attribute_grounding": {"size": 1.0, "color": 0.5, "shape": 1.0},  # only "red" missed
+    }
 
 
 def test_ambiguous_and_absent_objects_are_unmatched_and_excluded():
@@ -71,7 +84,12 @@ def test_ambiguous_and_absent_objects_are_unmatched_and_excluded():
         image_size=IMAGE,
         objects=[RED_CIRCLE, other_circle, BLUE_SQUARE],
     )
-    assert grounding_accuracy([sample]) == {"grounding": 1.0, "words": 3, "unmatched": 3}
+    assert grounding_accuracy([sample]) == {
+        "grounding": 1.0,
+        "words": 3,
+        "unmatched": 3,  # the unmatched words enter no attribute's ratio either
+        "attribute_grounding": {"size": 1.0, "color": 1.0, "shape": 1.0},
+    }
 
 
 def test_counts_pool_over_samples_and_extra_attention_rows_are_ignored():
@@ -89,7 +107,13 @@ def test_counts_pool_over_samples_and_extra_attention_rows_are_ignored():
         image_size=IMAGE,
         objects=[BLUE_SQUARE],
     )
-    assert grounding_accuracy([hit, miss]) == {"grounding": 1 / 3, "words": 3, "unmatched": 0}
+    result = grounding_accuracy([hit, miss])
+    assert {k: result[k] for k in ("grounding", "words", "unmatched")} == {
+        "grounding": 1 / 3,
+        "words": 3,
+        "unmatched": 0,
+    }
+    assert result["attribute_grounding"]["shape"] == 1 / 3
 
 
 def test_no_object_words_gives_nan():
@@ -98,6 +122,7 @@ def test_no_object_words_gives_nan():
     )
     result = grounding_accuracy([sample])
     assert math.isnan(result["grounding"]) and result["words"] == 0 and result["unmatched"] == 0
+    assert all(math.isnan(v) for v in result["attribute_grounding"].values())
 
 
 def test_peak_pixel_on_non_square_grid_and_image():

@@ -233,8 +233,10 @@ def format_evaluation(evaluation: Evaluation, results_path: str | Path | None = 
         )
     if evaluation.grounding is not None:
         g = evaluation.grounding
+        per = " ".join(f"{a} {v:.3f}" for a, v in g["attribute_grounding"].items())
         lines.append(
             f"attention grounding: {g['grounding']:.4f} (fraction of {g['words']} object words whose attention "
-            f"peak is inside the named object's box; {g['unmatched']} words could not be matched to one object)"
+            f"peak is inside the named object's box; {per}; {g['unmatched']} words could not be matched to one "
+            "object)"
         )
     return "\n".join(lines)

@@ -82,6 +82,11 @@ def split_phrases(tokens: Sequence[str]) -> list[list[int]]:
     return [p for p in phrases if p]
 
 
+def attribute_of(word: str) -> str | None:
+    """``"size"``, ``"color"`` or ``"shape"`` for an object word, ``None`` for any other word."""
+    return "shape" if word in SHAPES else "color" if word in COLORS else "size" if word in SIZES else None
+
+
 def match_phrase(words: Sequence[str], objects: Sequence[SceneObject]) -> int | None:
     """Index of the only object whose attributes agree with every size/colour/shape word of the phrase.
 
@@ -90,7 +95,7 @@ def match_phrase(words: Sequence[str], objects: Sequence[SceneObject]) -> int | 
     """
     wanted: dict[str, str] = {}
     for word in words:
-        attr = "shape" if word in SHAPES else "color" if word in COLORS else "size" if word in SIZES else None
+        attr = attribute_of(word)
         if attr is None:
             continue
         if wanted.setdefault(attr, word) != word:
@@ -117,15 +122,18 @@ def _inside(x: float, y: float, box: tuple[float, float, float, float]) -> bool:
     return x0 <= x <= x1 and y0 <= y <= y1
 
 
-def grounding_accuracy(samples: Sequence[GroundingSample]) -> dict[str, float | int]:
+def grounding_accuracy(samples: Sequence[GroundingSample]) -> dict[str, Any]:
     """Fraction of matched object words whose attention peak lies inside the named object's box.
 
-    Returns ``{"grounding": hits / words, "words": words, "unmatched": n}`` where ``words`` counts the
-    object words that could be matched to exactly one scene object and ``unmatched`` those that could
-    not (excluded from the ratio). ``grounding`` is NaN when no word was matched.
-    Box borders count as inside.
+    Returns ``{"grounding": hits / words, "words": words, "unmatched": n, "attribute_grounding":
+    {"size": .., "color": .., "shape": ..}}`` where ``words`` counts the object words that could be
+    matched to exactly one scene object, ``unmatched`` those that could not (excluded from the ratio),
+    and ``attribute_grounding`` is the same ratio over the size, colour and shape words alone (a model
+    can look at the object for its shape and beside it for its colour). Ratios are NaN when no word
+    was matched. Box borders count as inside.
     """
     hits = total = unmatched = 0
+    per_attribute = {a: [0, 0] for a in ("size", "color", "shape")}  # attribute -> [hits, words]
     for k, sample in enumerate(samples):
         attention = _to_numpy(sample.attention)
         h, w = sample.grid
@@ -146,6 +154,15 @@ def grounding_accuracy(samples: Sequence[GroundingSample]) -> dict[str, float | 
                 continue
             for i in object_positions:
                 x, y = peak_pixel(attention[i], sample.grid, sample.image_size)
-                hits += _inside(x, y, objects[target].box)
+                hit = _inside(x, y, objects[target].box)
+                hits += hit
                 total += 1
-    return {"grounding": hits / total if total else math.nan, "words": total, "unmatched": unmatched}
+                counts = per_attribute[attribute_of(tokens[i])]
+                counts[0] += hit
+                counts[1] += 1
+    return {
+        "grounding": hits / total if total else math.nan,
+        "words": total,
+        "unmatched": unmatched,
+        "attribute_grounding": {a: h / n if n else math.nan for a, (h, n) in per_attribute.items()},
+    }
