@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 
-SHAPES = frozenset({"circle", "square", "triangle"})
-COLORS = frozenset({"red", "green", "blue", "yellow"})
-SIZES = frozenset({"small", "big"})
+from captioning.metrics import objects as _scene_words  # the scenes' vocabulary, defined once
+
+SHAPES = frozenset(_scene_words.SHAPES)
+COLORS = frozenset(_scene_words.COLORS)
+SIZES = frozenset(_scene_words.SIZES)
 OBJECT_WORDS = SHAPES | COLORS | SIZES
 # Captions list objects as "a big red circle in the top left and a small blue square ...":
 # each object's phrase ends at one of these tokens.
@@ -132,7 +134,7 @@ def grounding_accuracy(samples: Sequence[GroundingSample]) -> dict[str, Any]:
     can look at the object for its shape and beside it for its colour). Ratios are NaN when no word
     was matched. Box borders count as inside.
     """
-    hits = total = unmatched = 0
+    unmatched = 0
     per_attribute = {a: [0, 0] for a in ("size", "color", "shape")}  # attribute -> [hits, words]
     for k, sample in enumerate(samples):
         attention = _to_numpy(sample.attention)
@@ -154,15 +156,13 @@ def grounding_accuracy(samples: Sequence[GroundingSample]) -> dict[str, Any]:
                 continue
             for i in object_positions:
                 x, y = peak_pixel(attention[i], sample.grid, sample.image_size)
-                hit = _inside(x, y, objects[target].box)
-                hits += hit
-                total += 1
                 counts = per_attribute[attribute_of(tokens[i])]
-                counts[0] += hit
+                counts[0] += _inside(x, y, objects[target].box)
                 counts[1] += 1
+    hits, total = (sum(column) for column in zip(*per_attribute.values()))  # every matched word has one
     return {
         "grounding": hits / total if total else math.nan,
         "words": total,
         "unmatched": unmatched,
-        "attribute_grounding": {a: h / n if n else math.nan for a, (h, n) in per_attribute.items()},
+        "attribute_grounding": {a: hit / n if n else math.nan for a, (hit, n) in per_attribute.items()},
     }
