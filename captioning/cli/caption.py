@@ -88,7 +88,14 @@ def check_overlay_target(out: Path, inputs: list[Path], overlays: list[Path]) ->
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("caption", help="caption images with a trained checkpoint", description=__doc__)
     p.add_argument("images", nargs="+", help="image files, folders (their images) or quoted globs")
-    p.add_argument("--checkpoint", required=True, type=path_arg, help="a .ckpt or an exported .safetensors")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        action="append",
+        type=path_arg,
+        help="a .ckpt or an exported .safetensors; given more than once, their ensemble (the mean of their "
+        "next-word distributions; they must share the vocabulary and a frozen encoder)",
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--batch-size", type=int, default=16, help="images decoded at once (default: 16)")
     p.add_argument("--overlay", type=Path, default=None, help="write per-word attention overlays to this PNG")

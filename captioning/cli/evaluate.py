@@ -1,4 +1,4 @@
-"""``captioning evaluate --checkpoint CKPT [--out-dir DIR] [data=flickr8k] [split=test] [decoding.num_beams=5] ...``
+"""``captioning evaluate --checkpoint CKPT [--checkpoint CKPT ...] [--out-dir DIR] [data=flickr8k] [split=test] [decoding.num_beams=5] ...``
 
 Decodes a split with a trained checkpoint, writes the COCO results file and a scores JSON, and prints
 BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (0-1 scale) with the decoding settings, SPICE
@@ -25,8 +25,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--checkpoint",
         required=True,
+        action="append",
         type=path_arg,
-        help="a .ckpt of captioning-train or a .safetensors export",
+        help="a .ckpt of captioning-train or a .safetensors export; given more than once (--checkpoint A "
+        "--checkpoint B), their ensemble: the mean of their next-word distributions (they must share the "
+        "vocabulary and a frozen encoder)",
     )
     parser.add_argument(
         "--out-dir",
@@ -39,9 +42,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return parser
 
 
-def default_out_dir(checkpoint: Path, data: str, split: str, num_beams: int) -> Path:
-    """Under outputs/ (never beside the checkpoint, which may be read-only or shared)."""
-    return Path("outputs") / "evaluate" / checkpoint.stem / f"{data}-{split}-beam{num_beams}"
+def default_out_dir(checkpoints: list[Path], data: str, split: str, num_beams: int) -> Path:
+    """Under outputs/ (never beside the checkpoint, which may be read-only or shared); an ensemble's
+    folder joins its members' stems with '+'."""
+    name = "+".join(p.stem for p in checkpoints)
+    return Path("outputs") / "evaluate" / name / f"{data}-{split}-beam{num_beams}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         data_name = choices["data"]
         source = build_source(cfg.data, cfg.split)
         evaluation = evaluate_checkpoint(
-            args.checkpoint,
+            args.checkpoint,  # a list: one path, or several for their ensemble
             source,
             data_name=f"{data_name}/{cfg.split}",
             decoding=OmegaConf.to_container(cfg.decoding),

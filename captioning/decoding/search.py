@@ -69,11 +69,14 @@ def generate(
 
 
 def _hard_attention_context(decoder: Decoder, context: str) -> contextlib.AbstractContextManager:
-    """``hard_attention="expected"``: a hard-attention decoder reads Σ α_i a_i (see the option's doc)."""
-    attention = getattr(decoder, "attention", None)
-    if isinstance(attention, HardAttention):
-        return attention.expected_context(context == "expected")
-    return contextlib.nullcontext()
+    """``hard_attention="expected"``: a hard-attention decoder reads Σ α_i a_i (see the option's doc).
+
+    Every hard-attention layer of the decoder is switched, so an ensemble's hard members are too."""
+    stack = contextlib.ExitStack()
+    for layer in decoder.modules():
+        if isinstance(layer, HardAttention):
+            stack.enter_context(layer.expected_context(context == "expected"))
+    return stack
 
 
 def _search(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +27,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioning.checkpoints.load import LoadedCaptioner, load_captioner
+from captioning.checkpoints.ensemble import load_captioners
+from captioning.checkpoints.load import LoadedCaptioner
 from captioning.data.files import write_atomically
 from captioning.data.images import decode_rgb, image_to_tensor, load_rgb, to_rgb
 from captioning.decoding import GenerationConfig, decode_captions
@@ -212,14 +213,23 @@ class Captioner:
         self.to(device)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str = "cpu", bf16: bool = False) -> Captioner:
-        """Load a training checkpoint (.ckpt) or a weights-only export (.safetensors). ``device``: "cpu",
-        "cuda", "auto"; ``bf16``: decode under bfloat16 autocast (on a GPU)."""
-        if not isinstance(path, str | Path) or not str(path).strip():
+    def from_checkpoint(
+        cls, path: str | Path | Sequence[str | Path], device: str = "cpu", bf16: bool = False
+    ) -> Captioner:
+        """Load a training checkpoint (.ckpt) or a weights-only export (.safetensors); a list of several
+        is their ensemble (``captioning.checkpoints.ensemble``). ``device``: "cpu", "cuda", "auto";
+        ``bf16``: decode under bfloat16 autocast (on a GPU)."""
+        paths = [path] if isinstance(path, str | Path) else path
+        if (
+            not isinstance(paths, list | tuple)
+            or not paths
+            or not all(isinstance(p, str | Path) and str(p).strip() for p in paths)
+        ):
             raise TypeError(
-                f"from_checkpoint: path={path!r}; expected the path of a .ckpt or .safetensors file"
+                f"from_checkpoint: path={path!r}; expected the path of a .ckpt or .safetensors file "
+                "(or a list of them, for their ensemble)"
             )
-        return cls(load_captioner(path), device=device, bf16=bf16)
+        return cls(load_captioners(paths), device=device, bf16=bf16)
 
     @property
     def grid(self) -> tuple[int, int]:

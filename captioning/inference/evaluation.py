@@ -15,6 +15,7 @@ grounding (captioning.metrics.grounding) is computed from the same decoded capti
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from captioning.checkpoints.load import LoadedCaptioner, load_captioner
+from captioning.checkpoints.ensemble import load_captioners
+from captioning.checkpoints.load import LoadedCaptioner
 from captioning.data.datamodule import ImageLoader
 from captioning.data.features import FeatureCache
 from captioning.data.images import ImageError
@@ -153,7 +155,7 @@ def synthetic_grounding(decoded: Decoded, source: SyntheticSource) -> dict[str, 
 
 
 def evaluate_checkpoint(
-    checkpoint: str | Path,
+    checkpoint: str | Path | Sequence[str | Path],
     source: CaptionSource,
     data_name: str = "",
     decoding: dict[str, Any] | None = None,
@@ -164,12 +166,14 @@ def evaluate_checkpoint(
     device: str = "cpu",
 ) -> Evaluation:
     """Decode ``source`` with the checkpoint and score it. ``decoding`` options (HF ``generate`` names)
-    override the checkpoint's; ``None`` values keep them.
+    override the checkpoint's; ``None`` values keep them. Several checkpoints are decoded as their
+    ensemble (``captioning.checkpoints.ensemble``: one shared encoder, the decoders' mean distribution).
 
     With ``cache_dir`` and a frozen encoder, grid features are read from (or added to) the feature cache
     there, the same one training used; otherwise images go through the encoder.
     """
-    model = load_captioner(checkpoint)
+    paths = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
+    model = load_captioners(paths)
     model.net.to(device)
     decoding = GenerationConfig.from_dict(model.decoding).replace(**(decoding or {})).to_dict()
     if decoding["num_return_sequences"] != 1:
@@ -194,7 +198,8 @@ def evaluate_checkpoint(
         "total": sum(p.numel() for p in model.net.parameters()),
         "trainable": sum(p.numel() for p in model.net.parameters() if p.requires_grad),
     }
-    return Evaluation(str(checkpoint), data_name, decoding, report, decoded, grounding, objects, params)
+    name = " + ".join(str(p) for p in paths)  # an ensemble is named by its members
+    return Evaluation(name, data_name, decoding, report, decoded, grounding, objects, params)
 
 
 def write_evaluation(evaluation: Evaluation, out_dir: str | Path) -> tuple[Path, Path]:

@@ -1,0 +1,78 @@
+"""An ensemble of trained decoders over one encoder grid, decoded as one model.
+
+Each step every member advances on its own state and the ensemble's next-word distribution is the mean
+of the members' distributions,
+
+    p(y_t | y_<t, a) = 1/M Σ_m p_m(y_t | y_<t, a),
+
+the usual ensemble of caption models (e.g. Vinyals et al. 2015, Rennie et al. 2017): the members' errors
+differ, so the words they agree on win. Returned as log-probabilities (``logits``: log p, so a softmax of
+them gives p back and every search and logits processor works unchanged). The attention map returned per
+step is the members' mean, so overlays and grounding see where the ensemble as a whole looked.
+
+The members must share the vocabulary and read the same grid (B, L, D): one encoder feeds them all (see
+``captioning.checkpoints.ensemble``, which checks both when it assembles checkpoints). Their states live
+side by side in one dict under the prefix ``"{m}."``; the image-only (static) keys keep that prefix, so
+beam search expands and reorders the ensemble's state with the base class's ``expand_state`` and
+``reorder_state``, as for a single decoder.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from captioning.models.decoders.base import Decoder, DecoderOutput, State
+
+
+class EnsembleDecoder(Decoder):
+    def __init__(self, members: Sequence[Decoder]):
+        super().__init__()
+        if len(members) < 2:
+            raise ValueError(f"an ensemble needs at least 2 decoders, got {len(members)}")
+        sizes = {(m.vocab_size, m.feature_dim) for m in members}
+        if len(sizes) != 1:
+            raise ValueError(
+                "ensemble members must share the vocabulary size and the feature dim; got (vocab, D) = "
+                + ", ".join(f"{m.vocab_size, m.feature_dim}" for m in members)
+            )
+        self.members = nn.ModuleList(members)
+        self.vocab_size, self.feature_dim = sizes.pop()
+        self.static_keys = tuple(f"{i}.{k}" for i, m in enumerate(members) for k in m.static_keys)
+
+    def _split(self, state: State) -> list[State]:
+        parts: list[State] = [{} for _ in self.members]
+        for name, t in state.items():
+            i, key = name.split(".", 1)
+            parts[int(i)][key] = t
+        return parts
+
+    def _mean_probs(self, logits: Sequence[Tensor]) -> Tensor:
+        # log (1/M Σ_m p_m) computed in log space: logsumexp over members of log p_m, minus log M.
+        logp = torch.stack([lg.float().log_softmax(dim=-1) for lg in logits])  # (M, ..., V)
+        return torch.logsumexp(logp, dim=0) - math.log(len(logits))  # (..., V)
+
+    def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
+        return {
+            f"{i}.{k}": t for i, m in enumerate(self.members) for k, t in m.init_state(features, mask).items()
+        }
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
+        logits, attention, new_state = [], [], {}
+        for i, (member, part) in enumerate(zip(self.members, self._split(state))):
+            lg, att, part = member.step(tokens, part)  # (B·R, V), (B·R, L)
+            logits.append(lg)
+            attention.append(att.float())
+            new_state.update({f"{i}.{k}": t for k, t in part.items()})
+        return self._mean_probs(logits), torch.stack(attention).mean(0), new_state  # (B·R, V), (B·R, L)
+
+    def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
+        outs = [m(features, tokens, mask) for m in self.members]
+        return DecoderOutput(
+            logits=self._mean_probs([o.logits for o in outs]),  # (B, T, V) log of the mean p
+            attention=torch.stack([o.attention.float() for o in outs]).mean(0),  # (B, T, L)
+            alphas=torch.stack([o.alphas.float() for o in outs]).mean(0),  # (B, T, L)
+        )

@@ -1,0 +1,207 @@
+"""Ensembles: the decoders' mean next-word distribution, searched like one decoder; loading refuses
+members that do not read the same grid with the same words."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from captioning.checkpoints.ensemble import load_ensemble
+from captioning.checkpoints.load import CheckpointError, load_captioner
+from captioning.cli.main import main
+from captioning.data.features import state_dict_hash
+from captioning.decoding import generate
+from captioning.models.decoders.ensemble import EnsembleDecoder
+
+from corpus import build_module, checkpoint_dict
+from helpers import build_net, random_batch
+
+MEMBERS = ["soft", "hard_gumbel", "transformer"]  # one of each decoder family over the same grid
+
+
+def _members(names=MEMBERS):
+    nets = [build_net(name, seed=i) for i, name in enumerate(names)]
+    return [net.decoder.eval() for net in nets], nets[0]
+
+
+def test_each_step_is_the_mean_of_the_members_distributions():
+    decoders, net = _members()
+    ensemble = EnsembleDecoder(decoders).eval()
+    features, tokens = random_batch(net)
+    states = [d.init_state(features) for d in decoders]
+    state = ensemble.init_state(features)
+    for t in range(tokens.shape[1]):
+        logp, att, state = ensemble.step(tokens[:, t], state)  # (B, V), (B, L)
+        outs = [d.step(tokens[:, t], s) for d, s in zip(decoders, states)]
+        states = [o[2] for o in outs]
+        mean_p = torch.stack([o[0].softmax(-1) for o in outs]).mean(0)  # (B, V)
+        torch.testing.assert_close(logp.exp(), mean_p, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(att, torch.stack([o[1] for o in outs]).mean(0), atol=1e-6, rtol=1e-5)
+    assert logp.exp().sum(-1).sub(1).abs().max() < 1e-5  # a distribution, so searches read it as log p
+
+
+def test_teacher_forcing_gives_the_same_distributions_as_stepping():
+    decoders, net = _members()
+    ensemble = EnsembleDecoder(decoders).eval()
+    features, tokens = random_batch(net)
+    full = ensemble(features, tokens)  # (B, T, V) log of the mean p
+    state = ensemble.init_state(features)
+    for t in range(tokens.shape[1]):
+        logp, att, state = ensemble.step(tokens[:, t], state)
+        torch.testing.assert_close(logp, full.logits[:, t], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(att, full.attention[:, t], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_model_ensembled_with_itself_decodes_as_the_model(num_beams):
+    (decoder,), net = _members(["soft"])
+    features, _ = random_batch(net, batch=4)
+    alone = generate(decoder, features, num_beams=num_beams, max_new_tokens=8)
+    twice = generate(EnsembleDecoder([decoder, decoder]), features, num_beams=num_beams, max_new_tokens=8)
+    assert torch.equal(alone.tokens, twice.tokens)
+    torch.testing.assert_close(twice.log_prob, alone.log_prob, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(twice.attention, alone.attention, atol=1e-6, rtol=1e-6)
+
+
+def test_beam_search_scores_are_the_ensembles_own_log_likelihoods():
+    # Beams swap rows every step: if the members' prefixed states were reordered wrongly, the search's
+    # sums would differ from the teacher-forced log-likelihood of the captions it returns.
+    decoders, net = _members()
+    ensemble = EnsembleDecoder(decoders).eval()
+    features, _ = random_batch(net, batch=3)
+    out = generate(ensemble, features, num_beams=3, max_new_tokens=6, length_penalty=0.0)
+    start = torch.ones(out.tokens.shape[0], 1, dtype=torch.long)  # <start>
+    full = ensemble(features, torch.cat([start, out.tokens[:, :-1]], 1))  # (B, T, V), one row per image
+    token_logp = full.logits.gather(2, out.tokens.unsqueeze(2)).squeeze(2)  # (B, T)
+    steps = torch.arange(out.tokens.shape[1]).unsqueeze(0) < out.lengths.unsqueeze(1)
+    torch.testing.assert_close((token_logp * steps).sum(1), out.log_prob, atol=1e-4, rtol=1e-4)
+
+
+def test_expected_context_switches_every_hard_member():
+    (decoder,), net = _members(["hard_reinforce"])
+    features, _ = random_batch(net, batch=3)
+    alone = generate(decoder, features, num_beams=2, max_new_tokens=6, hard_attention="expected")
+    twice = generate(
+        EnsembleDecoder([decoder, decoder]),
+        features,
+        num_beams=2,
+        max_new_tokens=6,
+        hard_attention="expected",
+    )
+    cell = generate(decoder, features, num_beams=2, max_new_tokens=6)
+    torch.testing.assert_close(twice.log_prob, alone.log_prob, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(cell.attention, alone.attention)  # the two readings differ at all
+
+
+def test_members_must_share_the_vocabulary_and_the_grid():
+    decoders, _ = _members(["soft"])
+    with pytest.raises(ValueError, match="at least 2 decoders"):
+        EnsembleDecoder(decoders)
+    other = build_net("soft", vocab_size=15).decoder
+    with pytest.raises(ValueError, match=r"vocabulary size and the feature dim.*\(12, .*\(15, "):
+        EnsembleDecoder([decoders[0], other])
+
+
+def _write(path, words=("a", "red", "circle", "square", "left", "of"), extra=None, decoder_seed=None):
+    module = build_module(list(words), extra)  # seeded: the same encoder weights every time
+    if decoder_seed is not None:  # another member: same encoder, other decoder weights
+        torch.manual_seed(decoder_seed)
+        for p in module.net.decoder.parameters():
+            p.data.normal_(0.0, 0.1)
+    torch.save(checkpoint_dict(module), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ensemble")
+    a = _write(folder / "a.ckpt")
+    b = _write(folder / "b.ckpt", extra=["model/decoder=transformer"], decoder_seed=1)
+    return a, b
+
+
+def test_load_ensemble_joins_the_decoders_behind_one_encoder(pair):
+    a, b = pair
+    loaded = load_ensemble([a, b])
+    first, second = load_captioner(a), load_captioner(b)
+    assert isinstance(loaded.net.decoder, EnsembleDecoder) and len(loaded.net.decoder.members) == 2
+    assert state_dict_hash(loaded.net.encoder) == state_dict_hash(first.net.encoder)
+    assert loaded.vocab == first.vocab and loaded.decoding == first.decoding
+    assert loaded.provenance["ensemble"] == [str(a), str(b)]
+    images = torch.rand(2, 3, loaded.image_size, loaded.image_size)
+    grid = first.net.encode(images)
+    out = generate(loaded.net.decoder, loaded.net.encode(images), num_beams=1, max_new_tokens=5)
+    ref = generate(
+        EnsembleDecoder([first.net.decoder, second.net.decoder]), grid, num_beams=1, max_new_tokens=5
+    )
+    assert torch.equal(out.tokens, ref.tokens)
+
+
+def test_load_ensemble_refuses_members_that_do_not_fit_naming_both(pair, tmp_path):
+    a, _ = pair
+    words = _write(tmp_path / "words.ckpt", words=("a", "blue", "circle", "square", "left", "of"))
+    with pytest.raises(CheckpointError, match=r"ensemble: .*a\.ckpt and .*words\.ckpt have different vocab"):
+        load_ensemble([a, words])
+    module = build_module(["a", "red", "circle", "square", "left", "of"])
+    with torch.no_grad():
+        next(module.net.encoder.parameters()).add_(0.5)  # a retrained encoder: another grid
+    torch.save(checkpoint_dict(module), tmp_path / "encoder.ckpt")
+    with pytest.raises(CheckpointError, match=r"a\.ckpt and .*encoder\.ckpt have different encoder weights"):
+        load_ensemble([a, tmp_path / "encoder.ckpt"])
+    grid = _write(tmp_path / "grid.ckpt", extra=["model.encoder.grid_size=2"])
+    with pytest.raises(CheckpointError, match=r"a\.ckpt and .*grid\.ckpt have different encoders"):
+        load_ensemble([a, grid])
+
+
+def test_evaluate_cli_scores_an_ensemble(pair, tmp_path, capsys):
+    a, b = pair
+    out = tmp_path / "eval"
+    args = ["evaluate", "--checkpoint", str(a), "--out-dir", str(out), "--checkpoint", str(b)]
+    assert main([*args, "data.test.num_images=4", "tokenizer=simple"]) == 0
+    printed = capsys.readouterr().out
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["checkpoint"] == f"{a} + {b}" and f"checkpoint: {a} + {b}" in printed
+    assert scores["num_images"] == 4 and 0.0 <= scores["scores"]["Bleu_4"] <= 1.0
+    assert main(["evaluate", "--checkpoint", str(a), "--checkpoint", str(tmp_path / "missing.ckpt")]) == 2
+    assert "missing.ckpt" in capsys.readouterr().err
+
+
+def test_the_python_api_and_the_caption_command_read_an_ensemble(pair, tmp_path, capsys):
+    from PIL import Image
+
+    from captioning import Captioner
+    from captioning.data.images import image_to_tensor
+
+    a, b = pair
+    image = Image.new("RGB", (40, 40), (200, 30, 30))
+    image.save(tmp_path / "red.png")
+    model = Captioner.from_checkpoint([a, b])
+    assert isinstance(model.net.decoder, EnsembleDecoder)
+    expected = load_ensemble([a, b])
+    result = model.caption(image, num_beams=2)[0]
+    grid = expected.net.encode(image_to_tensor(image, model.image_size).unsqueeze(0))  # (1, L, D)
+    ref = generate(expected.net.decoder, grid, model.decoding, num_beams=2)
+    assert result.tokens == expected.vocab.decode(ref.tokens[0].tolist())
+    assert result.log_prob == pytest.approx(ref.log_prob.item(), abs=1e-5)
+    assert (
+        main(
+            [
+                "caption",
+                str(tmp_path / "red.png"),
+                "--checkpoint",
+                str(a),
+                "--checkpoint",
+                str(b),
+                "--json",
+                "--num-beams",
+                "2",
+            ]
+        )
+        == 0
+    )
+    printed = json.loads(capsys.readouterr().out)  # one image: one object
+    assert printed["caption"] == result.caption
+    with pytest.raises(TypeError, match="or a list of them"):
+        Captioner.from_checkpoint([])
