@@ -45,3 +45,17 @@ def test_init_cut_takes_the_next_images_state_and_keeps_its_own_features() -> No
     torch.testing.assert_close(cut["h"], plain["h"].roll(1, dims=0))
     torch.testing.assert_close(cut["features"], plain["features"])
     torch.testing.assert_close(decoder.init_state(features)["h"], plain["h"])  # restored
+
+
+def test_a_cut_after_chosen_words_replaces_the_context_only_on_the_steps_that_follow_them() -> None:
+    decoder = _decoder("soft")
+    torch.manual_seed(0)
+    features = torch.randn(3, 16, decoder.feature_dim)
+    tokens = torch.tensor([5, 6, 5])  # rows 0 and 2 follow word 5: only they are cut
+    plain = decoder.step(tokens, decoder.init_state(features))
+    after = torch.tensor([5])
+    with torch.no_grad(), ablate.ablated(decoder, "zero", False, torch.Generator(), after):
+        cut = decoder.step(tokens, decoder.init_state(features))
+    torch.testing.assert_close(cut[0][1], plain[0][1])  # row 1 read its own context: the same logits
+    assert not torch.allclose(cut[0][0], plain[0][0]) and not torch.allclose(cut[0][2], plain[0][2])
+    assert "step" not in vars(decoder) and not isinstance(decoder.attention, ablate.CutContext)  # restored
