@@ -205,3 +205,18 @@ def test_the_python_api_and_the_caption_command_read_an_ensemble(pair, tmp_path,
     assert printed["caption"] == result.caption
     with pytest.raises(TypeError, match="or a list of them"):
         Captioner.from_checkpoint([])
+
+
+def test_tune_searches_an_ensembles_decoding_and_refuses_to_write_it(pair, tmp_path, capsys):
+    a, b = pair
+    out = tmp_path / "tuning.json"
+    argv = ["tune", "--checkpoint", str(a), "--checkpoint", str(b), "--num-beams", "1", "2"]
+    argv += ["--length-penalty", "0", "--no-repeat-ngram-size", "0", "--out", str(out)]
+    data = ["data=synthetic", "data.val.num_images=6", "feature_cache=false"]
+    assert main([*argv, *data]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["checkpoint"] == f"{a} + {b}" and len(payload["rows"]) == 2
+    before = a.read_bytes()
+    assert main([*argv, "--write", *data]) == 2  # no one file holds an ensemble's decoding
+    assert "--write: an ensemble of 2 checkpoints" in capsys.readouterr().err
+    assert a.read_bytes() == before

@@ -1,4 +1,4 @@
-"""``captioning tune --checkpoint CKPT [overrides] [--num-beams 3 5] [--length-penalty 0 0.5 1]
+"""``captioning tune --checkpoint CKPT [--checkpoint CKPT ...] [overrides] [--num-beams 3 5] [--length-penalty 0 0.5 1]
 [--no-repeat-ngram-size 0 3] [--write]`` (overrides before the list flags, which take every value after them)
 
 Decodes the dev split (``split=val``, composing conf/eval.yaml like ``captioning evaluate``) once per
@@ -26,7 +26,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--checkpoint", required=True, type=path_arg, help="a .ckpt or an exported .safetensors"
+        "--checkpoint",
+        required=True,
+        action="append",
+        type=path_arg,
+        help="a .ckpt or an exported .safetensors; given more than once, their ensemble (tuned, not --write)",
     )
     parser.add_argument("--num-beams", type=int, nargs="+", default=[3, 5])
     parser.add_argument("--length-penalty", type=float, nargs="+", default=[0.0, 0.5, 1.0])
@@ -73,17 +77,21 @@ def _check_outputs(args: argparse.Namespace) -> None:
         problem = folder_problem(args.out.parent)
         if problem:
             raise ValueError(f"--out {args.out}: {problem}")
-    if args.write and args.checkpoint.is_file():
-        folder = args.checkpoint.parent
-        if not (os.access(args.checkpoint, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)):
-            raise ValueError(
-                f"--write: {args.checkpoint} cannot be replaced (it or its folder is not writable)"
-            )
+    if args.write and len(args.checkpoint) > 1:
+        raise ValueError(
+            f"--write: an ensemble of {len(args.checkpoint)} checkpoints has no one file to store its decoding "
+            "in; tune it without --write and pass the chosen options when decoding"
+        )
+    checkpoint = args.checkpoint[0]
+    if args.write and checkpoint.is_file():
+        folder = checkpoint.parent
+        if not (os.access(checkpoint, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)):
+            raise ValueError(f"--write: {checkpoint} cannot be replaced (it or its folder is not writable)")
 
 
 def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.defaults import write_decoding_defaults
-    from captioning.checkpoints.load import load_captioner
+    from captioning.checkpoints.ensemble import load_captioners
     from captioning.data.features import FeatureCache
     from captioning.decoding.captions import NonFiniteScores
     from captioning.decoding.config import GenerationConfig, check_option
@@ -94,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.training.config import compose_config
     from captioning.training.validate import check_eval_config
 
+    label = " + ".join(str(p) for p in args.checkpoint)  # one file, or the ensemble's members
     try:
         axes = {
             "num_beams": args.num_beams,
@@ -112,12 +121,10 @@ def run(args: argparse.Namespace) -> int:
         source = build_source(cfg.data, cfg.split)
         if len(source) < 2:  # the choice is checked on a held-out half: each half needs an image
             raise ValueError(f"the {cfg.split} split has {len(source)} image(s); tuning needs at least 2")
-        model = load_captioner(args.checkpoint)
-        if args.hard_attention and not isinstance(
-            getattr(model.net.decoder, "attention", None), HardAttention
-        ):
+        model = load_captioners(args.checkpoint)
+        if args.hard_attention and not any(isinstance(m, HardAttention) for m in model.net.decoder.modules()):
             raise ValueError(
-                f"--hard-attention: {args.checkpoint} has no hard attention to decode either way (soft "
+                f"--hard-attention: {label} has no hard attention to decode either way (soft "
                 "attention reads the expected context already)"
             )
         encoder = model.net.encoder
@@ -134,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             decoded = decode_source(model, source, decoding, cfg.batch_size, cache)
         except NonFiniteScores as err:  # nothing to rank, and nothing to --write into the checkpoint
-            print(f"captioning tune: error: {args.checkpoint}: {err}", file=sys.stderr)
+            print(f"captioning tune: error: {label}: {err}", file=sys.stderr)
             return 2
         rows.append(score_setting(options, dict(zip(decoded.indices, decoded.captions)), scorer))
         print(f"  {options}: CIDEr-D {100 * rows[-1].cider:.2f}", flush=True)
@@ -146,9 +153,10 @@ def run(args: argparse.Namespace) -> int:
     print(_table(rows, chosen))
     for name, entry in check.items():
         print(f"held out, {name.replace('_', ' ')}: {entry}")
-    out = args.out or Path("outputs") / "tune" / args.checkpoint.stem / f"{choices['data']}-{cfg.split}.json"
+    stem = "+".join(p.stem for p in args.checkpoint)  # an ensemble's folder names its members
+    out = args.out or Path("outputs") / "tune" / stem / f"{choices['data']}-{cfg.split}.json"
     payload = {
-        "checkpoint": str(args.checkpoint),
+        "checkpoint": label,
         "data": f"{choices['data']}/{cfg.split}",
         "stored_before": stored.to_dict(),
         "rows": [r.to_dict() for r in rows],
@@ -161,8 +169,8 @@ def run(args: argparse.Namespace) -> int:
         out.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"wrote {out}")
         if args.write:
-            new = write_decoding_defaults(args.checkpoint, chosen.options)
-            print(f"stored in {args.checkpoint}: {new}")
+            new = write_decoding_defaults(args.checkpoint[0], chosen.options)
+            print(f"stored in {args.checkpoint[0]}: {new}")
     except (OSError, *user_errors()) as err:
         print(f"captioning tune: error: {one_line(err)}", file=sys.stderr)
         return 1
