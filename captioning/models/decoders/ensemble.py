@@ -12,9 +12,9 @@ step is the members' mean, so overlays and grounding see where the ensemble as a
 
 The members must share the vocabulary and read the same grid (B, L, D): one encoder feeds them all (see
 ``captioning.checkpoints.ensemble``, which checks both when it assembles checkpoints). Their states live
-side by side in one dict under the prefix ``"{m}."``; the image-only (static) keys keep that prefix, so
-beam search expands and reorders the ensemble's state with the base class's ``expand_state`` and
-``reorder_state``, as for a single decoder.
+side by side in one dict under the prefix ``"{m}."``; beam search's ``expand_state`` and
+``reorder_state`` hand each member its own part, so each keeps its image-only (static) tensors at B rows
+as when it decodes alone.
 """
 
 from __future__ import annotations
@@ -50,24 +50,37 @@ class EnsembleDecoder(Decoder):
             parts[int(i)][key] = t
         return parts
 
+    @staticmethod
+    def _join(parts: Sequence[State]) -> State:
+        return {f"{i}.{k}": t for i, part in enumerate(parts) for k, t in part.items()}
+
+    def expand_state(self, state: State, k: int) -> State:
+        # Each member expands its own state (its static keys stay at B rows), as if decoded alone.
+        return self._join([m.expand_state(p, k) for m, p in zip(self.members, self._split(state))])
+
+    def reorder_state(self, state: State, index: Tensor) -> State:
+        return self._join([m.reorder_state(p, index) for m, p in zip(self.members, self._split(state))])
+
     def _mean_probs(self, logits: Sequence[Tensor]) -> Tensor:
         # log (1/M Σ_m p_m) computed in log space: logsumexp over members of log p_m, minus log M.
         logp = torch.stack([lg.float().log_softmax(dim=-1) for lg in logits])  # (M, ..., V)
         return torch.logsumexp(logp, dim=0) - math.log(len(logits))  # (..., V)
 
     def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
-        return {
-            f"{i}.{k}": t for i, m in enumerate(self.members) for k, t in m.init_state(features, mask).items()
-        }
+        return self._join([m.init_state(features, mask) for m in self.members])
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
-        logits, attention, new_state = [], [], {}
-        for i, (member, part) in enumerate(zip(self.members, self._split(state))):
+        logits, attention, parts = [], [], []
+        for member, part in zip(self.members, self._split(state)):
             lg, att, part = member.step(tokens, part)  # (B·R, V), (B·R, L)
             logits.append(lg)
             attention.append(att.float())
-            new_state.update({f"{i}.{k}": t for k, t in part.items()})
-        return self._mean_probs(logits), torch.stack(attention).mean(0), new_state  # (B·R, V), (B·R, L)
+            parts.append(part)
+        return (
+            self._mean_probs(logits),
+            torch.stack(attention).mean(0),
+            self._join(parts),
+        )  # (B·R, V), (B·R, L)
 
     def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
         outs = [m(features, tokens, mask) for m in self.members]
