@@ -15,10 +15,11 @@ from captioning.data.features import state_dict_hash
 from captioning.decoding import generate
 from captioning.models.decoders.ensemble import EnsembleDecoder
 
+from conftest import DECODERS
 from corpus import build_module, checkpoint_dict
 from helpers import build_net, random_batch
 
-MEMBERS = ["soft", "hard_gumbel", "transformer"]  # one of each decoder family over the same grid
+MEMBERS = DECODERS  # every decoder config of conf/model/decoder/, over the same grid
 
 
 def _members(names=MEMBERS):
@@ -55,8 +56,9 @@ def test_teacher_forcing_gives_the_same_distributions_as_stepping():
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_a_model_ensembled_with_itself_decodes_as_the_model(num_beams):
-    (decoder,), net = _members(["soft"])
+@pytest.mark.parametrize("name", DECODERS)
+def test_a_model_ensembled_with_itself_decodes_as_the_model(name, num_beams):
+    (decoder,), net = _members([name])
     features, _ = random_batch(net, batch=4)
     alone = generate(decoder, features, num_beams=num_beams, max_new_tokens=8)
     twice = generate(EnsembleDecoder([decoder, decoder]), features, num_beams=num_beams, max_new_tokens=8)
