@@ -5,10 +5,10 @@ applies) and joins their decoders in an ``EnsembleDecoder`` behind the first fil
 only the same model for every member when they read the same grid, so the files must agree on:
 
 * the vocabulary (word ids index one distribution);
-* the encoder: the same config (backbone, stage, grid, D) and the same weights (SHA-256 of its tensors),
-  i.e. one frozen pretrained encoder, as the ``flickr8k_*`` experiments share; models that trained their
-  own encoder (the synthetic scenes' SmallCNN) read different grids and cannot be ensembled here;
-* the input image size.
+* the encoder and input size: the same ``encoder_identity`` as the feature cache keys on (class, layers,
+  grid, D, weights by SHA-256, input size, normalisation), i.e. one frozen pretrained encoder, as the
+  ``flickr8k_*`` experiments share; models that trained their own encoder (the synthetic scenes'
+  SmallCNN) read different grids and cannot be ensembled here.
 
 A mismatch is one ``CheckpointError`` line naming both files and what differs. The ensemble decodes
 with the first file's stored decoding defaults (options given at decode time override them).
@@ -20,27 +20,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from captioning.checkpoints.load import CheckpointError, LoadedCaptioner, load_captioner
+from captioning.data.features import encoder_identity
 from captioning.models.captioner import CaptionModel
 from captioning.models.decoders.ensemble import EnsembleDecoder
-from captioning.models.registry import canonical_name
-
-# Encoder config keys that say where weights came from, not what the encoder computes.
-_WEIGHT_SOURCE_KEYS = frozenset({"pretrained", "weights_path"})
 
 
-def _encoder_identity(loaded: LoadedCaptioner) -> tuple[dict, str]:
-    from captioning.data.features import state_dict_hash
+def members_label(paths: Sequence[str | Path]) -> str:
+    """How reports name one checkpoint or an ensemble: its paths joined by ' + '."""
+    return " + ".join(str(p) for p in paths)
 
-    cfg = loaded.net_config
-    encoder_cfg = {}
-    if isinstance(cfg, dict | str):
-        from omegaconf import OmegaConf
 
-        node = OmegaConf.to_container(OmegaConf.create(cfg), resolve=False)
-        encoder_cfg = {k: v for k, v in dict(node.get("encoder", {})).items() if k not in _WEIGHT_SOURCE_KEYS}
-        if "_target_" in encoder_cfg:  # a legacy class name is the same encoder as the one it became
-            encoder_cfg["_target_"] = canonical_name(str(encoder_cfg["_target_"]))
-    return encoder_cfg, state_dict_hash(loaded.net.encoder)
+def members_stem(paths: Sequence[Path]) -> str:
+    """A folder name for one checkpoint or an ensemble: the files' stems joined by '+'."""
+    return "+".join(p.stem for p in paths)
 
 
 def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> LoadedCaptioner:
@@ -50,7 +42,7 @@ def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> Loa
         raise ValueError(f"an ensemble needs at least 2 checkpoints, got {len(paths)}")
     members = [load_captioner(p, map_location) for p in paths]
     first = members[0]
-    first_encoder = _encoder_identity(first)
+    grid = encoder_identity(first.net.encoder, first.image_size)  # what the shared encoder must give
     for other in members[1:]:
         pair = f"{first.path} and {other.path}"
         if other.vocab != first.vocab:
@@ -58,21 +50,25 @@ def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> Loa
                 f"ensemble: {pair} have different vocabularies ({len(first.vocab)} and {len(other.vocab)} "
                 "words); members must be trained on the same vocabulary"
             )
-        encoder_cfg, digest = _encoder_identity(other)
-        if encoder_cfg != first_encoder[0]:
+        theirs = encoder_identity(other.net.encoder, other.image_size)
+        differ = [k for k in grid if grid[k] != theirs[k]]
+        if differ == ["weights_sha256"]:
             raise CheckpointError(
-                f"ensemble: {pair} have different encoders ({first_encoder[0]} and {encoder_cfg}); "
-                "members must read the same grid"
+                f"ensemble: {pair} have different encoder weights (SHA-256 {grid['weights_sha256'][:12]} and "
+                f"{theirs['weights_sha256'][:12]}); members must share one frozen encoder"
             )
-        if digest != first_encoder[1]:
-            raise CheckpointError(
-                f"ensemble: {pair} have different encoder weights (SHA-256 {first_encoder[1][:12]} and "
-                f"{digest[:12]}); members must share one frozen encoder"
-            )
-        if other.image_size != first.image_size:
+        if differ == ["image_size"]:
             raise CheckpointError(
                 f"ensemble: {pair} were trained at {first.image_size} and {other.image_size} px; "
                 "members must share the input size"
+            )
+        if differ:
+            shown = ", ".join(
+                k if k in ("structure", "weights_sha256") else f"{k} {grid[k]} and {theirs[k]}"
+                for k in differ
+            )
+            raise CheckpointError(
+                f"ensemble: {pair} have different encoders ({shown}); members must read the same grid"
             )
     decoder = EnsembleDecoder([m.net.decoder for m in members])
     net = CaptionModel(first.net.encoder, decoder).eval()

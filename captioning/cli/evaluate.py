@@ -45,8 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def default_out_dir(checkpoints: list[Path], data: str, split: str, num_beams: int) -> Path:
     """Under outputs/ (never beside the checkpoint, which may be read-only or shared); an ensemble's
     folder joins its members' stems with '+'."""
-    name = "+".join(p.stem for p in checkpoints)
-    return Path("outputs") / "evaluate" / name / f"{data}-{split}-beam{num_beams}"
+    from captioning.checkpoints.ensemble import members_stem
+
+    return Path("outputs") / "evaluate" / members_stem(checkpoints) / f"{data}-{split}-beam{num_beams}"
 
 
 def run(args: argparse.Namespace) -> int:

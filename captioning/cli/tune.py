@@ -91,7 +91,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.defaults import write_decoding_defaults
-    from captioning.checkpoints.ensemble import load_captioners
+    from captioning.checkpoints.ensemble import load_captioners, members_label, members_stem
     from captioning.data.features import FeatureCache
     from captioning.decoding.captions import NonFiniteScores
     from captioning.decoding.config import GenerationConfig, check_option
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.training.config import compose_config
     from captioning.training.validate import check_eval_config
 
-    label = " + ".join(str(p) for p in args.checkpoint)  # one file, or the ensemble's members
+    label = members_label(args.checkpoint)  # one file, or the ensemble's members
     try:
         axes = {
             "num_beams": args.num_beams,
@@ -153,8 +153,10 @@ def run(args: argparse.Namespace) -> int:
     print(_table(rows, chosen))
     for name, entry in check.items():
         print(f"held out, {name.replace('_', ' ')}: {entry}")
-    stem = "+".join(p.stem for p in args.checkpoint)  # an ensemble's folder names its members
-    out = args.out or Path("outputs") / "tune" / stem / f"{choices['data']}-{cfg.split}.json"
+    out = (
+        args.out
+        or Path("outputs") / "tune" / members_stem(args.checkpoint) / f"{choices['data']}-{cfg.split}.json"
+    )
     payload = {
         "checkpoint": label,
         "data": f"{choices['data']}/{cfg.split}",

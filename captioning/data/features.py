@@ -38,6 +38,22 @@ FORMAT_VERSION = 1  # bump when the layout or the way features are computed chan
 STORAGE_DTYPE = np.float16
 
 
+def encoder_identity(encoder: nn.Module, image_size: int, weights_sha256: str | None = None) -> dict:
+    """Everything an encoder's grid depends on: class, module structure (``repr``: every layer's shape and
+    stride), grid size, output width, weights (SHA-256 of the state dict; pass it when already known), input
+    size and normalisation. Two encoders with equal identities give the same grid for the same image."""
+    return {
+        "encoder": f"{type(encoder).__module__}.{type(encoder).__qualname__}",
+        "structure": repr(encoder),
+        "grid_size": int(encoder.grid_size),
+        "out_dim": int(encoder.out_dim),
+        "weights_sha256": weights_sha256 or state_dict_hash(encoder),
+        "image_size": int(image_size),
+        "mean": [float(v) for v in encoder.mean],
+        "std": [float(v) for v in encoder.std],
+    }
+
+
 def state_dict_hash(module: nn.Module) -> str:
     """SHA-256 over every parameter and buffer (name, dtype, shape, bytes), in a fixed order."""
     return tensors_hash(module.state_dict())
@@ -116,17 +132,9 @@ class FeatureCache:
 
     # -- identity ----------------------------------------------------------------------------------
     def key_ingredients(self, image_size: int) -> dict:
-        enc = self.encoder
         return {
             "format": FORMAT_VERSION,
-            "encoder": f"{type(enc).__module__}.{type(enc).__qualname__}",
-            "structure": repr(enc),
-            "grid_size": int(enc.grid_size),
-            "out_dim": int(enc.out_dim),
-            "weights_sha256": self.weights_hash,
-            "image_size": int(image_size),
-            "mean": [float(v) for v in enc.mean],
-            "std": [float(v) for v in enc.std],
+            **encoder_identity(self.encoder, image_size, self.weights_hash),
             "dtype": np.dtype(STORAGE_DTYPE).name,
         }
 

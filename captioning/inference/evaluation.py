@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from captioning.checkpoints.ensemble import load_captioners
+from captioning.checkpoints.ensemble import load_captioners, members_label
 from captioning.checkpoints.load import LoadedCaptioner
 from captioning.data.datamodule import ImageLoader
 from captioning.data.features import FeatureCache
@@ -198,8 +198,7 @@ def evaluate_checkpoint(
         "total": sum(p.numel() for p in model.net.parameters()),
         "trainable": sum(p.numel() for p in model.net.parameters() if p.requires_grad),
     }
-    name = " + ".join(str(p) for p in paths)  # an ensemble is named by its members
-    return Evaluation(name, data_name, decoding, report, decoded, grounding, objects, params)
+    return Evaluation(members_label(paths), data_name, decoding, report, decoded, grounding, objects, params)
 
 
 def write_evaluation(evaluation: Evaluation, out_dir: str | Path) -> tuple[Path, Path]:
