@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
+from tqdm import tqdm  # the text bar: tqdm.auto warns at import in a kernel without ipywidgets
 
 from captioning.data.images import image_to_tensor
 from captioning.data.sources import CaptionSource, RecordSource
