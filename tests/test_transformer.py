@@ -93,9 +93,11 @@ def test_a_later_token_never_changes_earlier_logits():
     assert (a[:, 4:] - b[:, 4:]).abs().max() > 1e-3  # and the later positions do see it
 
 
+@pytest.mark.parametrize("memory_layers", [0, 1])
 @pytest.mark.parametrize("masked", [False, True])
-def test_cached_steps_equal_full_recomputation_at_every_step(masked):
-    cached, full = decoder(use_cache=True), decoder(use_cache=False)
+def test_cached_steps_equal_full_recomputation_at_every_step(masked, memory_layers):
+    cached = decoder(use_cache=True, memory_layers=memory_layers)
+    full = decoder(use_cache=False, memory_layers=memory_layers)
     features = grid()
     mask = torch.ones(3, 9, dtype=torch.bool)
     if masked:
@@ -114,6 +116,53 @@ def test_cached_steps_equal_full_recomputation_at_every_step(masked):
             torch.testing.assert_close(l_cache, teacher.logits[:, t], atol=1e-5, rtol=1e-5)
             assert s_cache["self_k0"].shape == (3, 4, t + 1, 4)  # the cache grew by one position
             assert torch.all(a_cache[~mask] == 0)  # masked locations get no attention
+
+
+def test_memory_layer_equals_torch_pre_ln_encoder_layer():
+    """MemoryLayer is PyTorch's own encoder layer (norm_first, GELU) with the same weights, padding
+    included; and a padded cell changes no valid cell's memory."""
+    from captioning.models.decoders.transformer import MemoryLayer
+
+    torch.manual_seed(0)
+    ours = MemoryLayer(dim=16, num_heads=4, ff_dim=24, dropout=0.0).eval()
+    ref = torch.nn.TransformerEncoderLayer(
+        16, 4, dim_feedforward=24, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+    ).eval()
+    with torch.no_grad():
+        ref.self_attn.in_proj_weight.copy_(ours.self_attn.in_proj.weight)
+        ref.self_attn.in_proj_bias.copy_(ours.self_attn.in_proj.bias)
+        ref.self_attn.out_proj.weight.copy_(ours.self_attn.out_proj.weight)
+        ref.self_attn.out_proj.bias.copy_(ours.self_attn.out_proj.bias)
+        for mine, theirs in ((ours.norm_self, ref.norm1), (ours.norm_ff, ref.norm2)):
+            theirs.load_state_dict(mine.state_dict())
+        ref.linear1.load_state_dict(ours.ff[0].state_dict())
+        ref.linear2.load_state_dict(ours.ff[3].state_dict())
+    x = torch.randn(2, 9, 16)  # (B, L, D)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False  # 3 padded cells in the second image
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x, None), ref(x), atol=1e-5, rtol=1e-5)
+        expected = ref(x, src_key_padding_mask=~mask)
+        got = ours(x, mask)
+        torch.testing.assert_close(got[mask], expected[mask], atol=1e-5, rtol=1e-5)
+        moved = x.clone()
+        moved[1, 6:] += 5.0  # whatever the padding holds
+        torch.testing.assert_close(ours(moved, mask)[mask], got[mask], atol=1e-6, rtol=1e-6)
+
+
+def test_memory_layers_make_every_cell_see_the_others():
+    """memory_layers = 0 reads each cell on its own; with a memory layer, changing one cell changes the
+    memory of the others (and the option is rejected when negative)."""
+    features = grid(batch=1)
+    changed = features.clone()
+    changed[0, 0] += 1.0
+    for layers, others_change in ((0, False), (1, True)):
+        dec = decoder(memory_layers=layers)
+        with torch.no_grad():
+            delta = (dec.encode_memory(changed) - dec.encode_memory(features))[0, 1:].abs().max()
+        assert (delta > 1e-4) == others_change
+    with pytest.raises(ValueError, match="memory_layers=-1"):
+        decoder(memory_layers=-1)
 
 
 def test_beam_search_with_the_cache_equals_beam_search_without():

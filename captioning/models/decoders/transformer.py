@@ -1,6 +1,7 @@
 """A Transformer caption decoder (pre-LayerNorm) over the encoder grid, with a KV cache for decoding.
 
 memory = LN(W_m a + P2d)                      the grid (B, L, D) in model width, with 2-D positions
+memory = LN(Enc(memory))  (memory_layers > 0)  optional pre-LN self-attention layers over the cells
 x_0    = √D · E y + P1d                       token embeddings with 1-D positions
 x     += SelfAttn(LN x)  (causal)             per layer (Xiong et al. 2020 pre-LN ordering)
 x     += CrossAttn(LN x, memory)
@@ -35,15 +36,35 @@ from captioning.models.position import sinusoidal_1d, sinusoidal_2d, square_grid
 KV = tuple[Tensor, Tensor]  # keys, values (B, h, S, d)
 
 
+def feed_forward(dim: int, ff_dim: int, dropout: float) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(dim, ff_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff_dim, dim))
+
+
+class MemoryLayer(nn.Module):
+    """A pre-LN encoder layer over the grid (Vaswani et al.'s encoder, as captioning Transformers put over
+    image regions): every cell attends to every cell, so a cell can carry what its object looks like
+    beyond its own receptive field before the decoder's cross-attention reads it."""
+
+    def __init__(self, dim: int, num_heads: int, ff_dim: int, dropout: float):
+        super().__init__()
+        self.norm_self, self.self_attn = nn.LayerNorm(dim), MultiHeadSDPA(dim, num_heads, dropout)
+        self.norm_ff, self.ff = nn.LayerNorm(dim), feed_forward(dim, ff_dim, dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """x (B, L, D), ``mask`` (B, L) True on valid cells (or None) -> (B, L, D)."""
+        q, k, v = self.self_attn.project_qkv(self.norm_self(x))  # (B, h, L, d) each
+        out, _ = self.self_attn.attend(q, k, v, mask=mask)  # (B, L, D): no causality among cells
+        x = x + self.dropout(out)
+        return x + self.dropout(self.ff(self.norm_ff(x)))
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, dim: int, num_heads: int, ff_dim: int, dropout: float):
         super().__init__()
         self.norm_self, self.self_attn = nn.LayerNorm(dim), MultiHeadSDPA(dim, num_heads, dropout)
         self.norm_cross, self.cross_attn = nn.LayerNorm(dim), MultiHeadSDPA(dim, num_heads, dropout)
-        self.norm_ff = nn.LayerNorm(dim)
-        self.ff = nn.Sequential(
-            nn.Linear(dim, ff_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ff_dim, dim)
-        )
+        self.norm_ff, self.ff = nn.LayerNorm(dim), feed_forward(dim, ff_dim, dropout)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -86,11 +107,14 @@ class TransformerDecoder(Decoder):
         attention_layer: int = -1,
         attention_head: int | None = None,
         position_dim: int = 0,
+        memory_layers: int = 0,
     ):
         """``embed_dim`` is the model width D, ``hidden_dim`` the feed-forward width. ``position_dim`` P:
         0 adds a D-wide 2-D sinusoid code to the projected grid (Vaswani/DETR style); P > 0 concatenates
         a P-wide one to every cell before the projection, [a_i; PE_i] as the LSTM decoder reads the grid,
-        so the projection learns how much "where" weighs against "what"."""
+        so the projection learns how much "where" weighs against "what". ``memory_layers``: encoder layers
+        (self-attention + feed-forward, pre-LN, then a final LayerNorm) over the grid before the decoder
+        reads it; 0 reads the projected grid as it is."""
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(
@@ -119,6 +143,13 @@ class TransformerDecoder(Decoder):
         self.position_dim = position_dim
         self.memory_proj = nn.Linear(feature_dim + position_dim, embed_dim)
         self.memory_norm = nn.LayerNorm(embed_dim)
+        if memory_layers < 0:
+            raise ValueError(f"TransformerDecoder: memory_layers={memory_layers} must be 0 or more")
+        self.memory_layers = nn.ModuleList(
+            MemoryLayer(embed_dim, num_heads, hidden_dim, dropout) for _ in range(memory_layers)
+        )
+        # pre-LN layers leave their residual stream unnormalised: one LayerNorm after the last
+        self.memory_final_norm = nn.LayerNorm(embed_dim) if memory_layers else nn.Identity()
         self.layers = nn.ModuleList(
             DecoderLayer(embed_dim, num_heads, hidden_dim, dropout) for _ in range(num_layers)
         )
@@ -132,15 +163,20 @@ class TransformerDecoder(Decoder):
         self.static_keys = ("mask", "memory", *cross)
 
     # -- pieces --------------------------------------------------------------------------------------
-    def encode_memory(self, features: Tensor) -> Tensor:
-        """The grid (B, L, F) in model width with 2-D positions -> (B, L, D)."""
+    def encode_memory(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The grid (B, L, F) in model width with 2-D positions, through the memory layers -> (B, L, D);
+        ``mask`` (B, L) True on valid cells, or None when all are."""
         side = square_grid_side(features.shape[1])
         if self.position_dim:
             pos = sinusoidal_2d(side, side, self.position_dim, features.device).to(features.dtype)  # (L, P)
             grid = torch.cat([features, pos.expand(features.shape[0], -1, -1)], dim=-1)  # (B, L, F + P)
-            return self.memory_norm(self.memory_proj(grid))
-        pos = sinusoidal_2d(side, side, self.embed_dim, features.device)  # (L, D)
-        return self.memory_norm(self.memory_proj(features) + pos)
+            memory = self.memory_norm(self.memory_proj(grid))  # (B, L, D)
+        else:
+            pos = sinusoidal_2d(side, side, self.embed_dim, features.device)  # (L, D)
+            memory = self.memory_norm(self.memory_proj(features) + pos)  # (B, L, D)
+        for layer in self.memory_layers:
+            memory = layer(memory, mask)  # (B, L, D)
+        return self.memory_final_norm(memory)
 
     def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
         """Tokens (B, T) at positions start .. start+T-1 -> (B, T, D)."""
@@ -176,7 +212,7 @@ class TransformerDecoder(Decoder):
     def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
         """Teacher forcing over ``tokens`` (B, T) = <start> w_1 .. w_{T-1}, all positions at once."""
         mask = self._key_mask(mask, features)
-        memory = self.encode_memory(features)  # (B, L, D)
+        memory = self.encode_memory(features, mask)  # (B, L, D)
         cross = [layer.cross_attn.project_kv(memory) for layer in self.layers]
         hidden, _, attention = self._run(self.embed(tokens), cross, mask)
         attention = attention.detach()  # (B, T, L), for overlays and the (inert) eq. 14 term
@@ -188,7 +224,7 @@ class TransformerDecoder(Decoder):
         key_mask = self._key_mask(mask, features)
         if key_mask is not None:  # absent when all valid, see _key_mask
             state["mask"] = key_mask
-        memory = self.encode_memory(features)  # (B, L, D)
+        memory = self.encode_memory(features, key_mask)  # (B, L, D)
         if not self.use_cache:
             return {**state, "memory": memory, "prefix": features.new_zeros(b, 0, dtype=torch.long)}
         d = self.embed_dim // self.num_heads
