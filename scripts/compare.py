@@ -179,6 +179,7 @@ def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dic
         "grounding": evaluation.grounding["grounding"] if evaluation.grounding else None,
         "objects": evaluation.objects["object_accuracy"] if evaluation.objects else None,
         "extra": evaluation.objects["extra_per_image"] if evaluation.objects else None,
+        "misplaced": evaluation.objects["misplaced_per_image"] if evaluation.objects else None,
         **(alt_renderer_scores(checkpoint, args) if evaluation.objects else {}),
         "skipped": report.skipped,
         "num_images": report.num_images,

@@ -96,7 +96,8 @@ def main() -> int:
         print(
             f"{r['renderer']:>8}: objects right {r['object_accuracy']:.3f} of {r['objects']}, extra/image "
             f"{r['extra_per_image']:.3f}, grounding {r['grounding']:.3f} ({looks}), BLEU-4 {r['Bleu_4']:.3f} "
-            f"({attrs})"
+            f"({attrs}); misplaced/image {r['misplaced_per_image']:.3f}, of them another object's position "
+            f"{r['borrowed_positions']:.2f}"
         )
     if args.json:
         args.json.write_text(

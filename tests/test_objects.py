@@ -61,3 +61,32 @@ def test_corpus_scores_and_attribute_breakdown():
     assert attributes["position"] == pytest.approx(3 / 4)
     with pytest.raises(ValueError, match="2 captions but 1 scenes"):
         object_accuracy(captions, [SCENE])
+
+
+@pytest.mark.parametrize(
+    ("caption", "misplaced", "borrowed"),
+    [
+        ("a small blue circle in the center and a big yellow circle in the bottom left", 0, 0),
+        # both objects and both places named, bound the wrong way round: two borrowed positions
+        ("a small blue circle in the bottom left and a big yellow circle in the center", 2, 2),
+        # a place no object has: misplaced, not borrowed
+        ("a small blue circle in the top right", 1, 0),
+        # not the look of a scene object (a wrong colour): an extra object, not a misplaced one
+        ("a small red circle in the bottom left", 0, 0),
+        ("a small blue circle", 1, 0),  # no position named: misplaced, borrowing nothing
+    ],
+)
+def test_misplaced_and_borrowed_positions(caption, misplaced, borrowed):
+    s = score_caption(caption, SCENE)
+    assert (s["misplaced"], s["borrowed"]) == (misplaced, borrowed)
+
+
+def test_corpus_misplaced_and_borrowed():
+    captions = [
+        "a small blue circle in the bottom left and a big yellow circle in the center",  # 2 misplaced, 2 swaps
+        "a small blue circle in the top right",  # 1 misplaced, nowhere in the scene
+    ]
+    out = object_accuracy(captions, [SCENE, SCENE])
+    assert out["misplaced_per_image"] == pytest.approx(3 / 2)
+    assert out["borrowed_positions"] == pytest.approx(2 / 3)
+    assert out["object_accuracy"] == 0

@@ -7,13 +7,15 @@ module builds the vocabulary and the train/val datasets on top of any of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
 from captioning.data.images import load_rgb
 from captioning.data.readers import FLICKR8K_SPLIT_FILES, DatasetError, read_flickr8k
-from captioning.data.synthetic import Scene, SceneObject, render_scene
+from captioning.data.synthetic import Scene, SceneObject, render_scene, shuffled_captions
 
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
 
@@ -39,7 +41,11 @@ class SyntheticSource(CaptionSource):
     does not depend on how many others are drawn.
     """
 
-    def __init__(self, num_images: int, seed: int = 0, split: str = "train"):
+    def __init__(
+        self, num_images: int, seed: int = 0, split: str = "train", shuffle_object_order: bool = False
+    ):
+        """``shuffle_object_order``: each reference lists the objects in a random order (seeded by the scene,
+        see ``shuffled_captions``) instead of the templates' reading order; the images are the same."""
         if num_images <= 0:
             raise ValueError(f"num_images must be positive, got {num_images}")
         if split not in _SPLIT_STREAM:
@@ -47,6 +53,16 @@ class SyntheticSource(CaptionSource):
         if not 0 <= seed < 2**63:  # numpy's generators take no negative seeds
             raise ValueError(f"seed={seed}: expected an integer >= 0")
         self.scenes: list[Scene] = [render_scene((seed, _SPLIT_STREAM[split], i)) for i in range(num_images)]
+        if shuffle_object_order:
+            self.scenes = [
+                replace(
+                    s,
+                    captions=shuffled_captions(
+                        s.objects, np.random.default_rng((seed, _SPLIT_STREAM[split], i, 1))
+                    ),
+                )
+                for i, s in enumerate(self.scenes)
+            ]
 
     def __len__(self) -> int:
         return len(self.scenes)

@@ -81,6 +81,17 @@ def scene_captions(objects: tuple[SceneObject, ...]) -> tuple[str, ...]:
     )
 
 
+def shuffled_captions(objects: tuple[SceneObject, ...], rng: np.random.Generator) -> tuple[str, ...]:
+    """The five templates of ``scene_captions``, each listing the objects in an order drawn from ``rng``.
+
+    ``scene_captions`` lists them in reading order in four templates of five, so "the first object named
+    is the top-left one" predicts the first position word 80% of the time without looking at the object.
+    Here no template carries that order: a position word can only come from where the named object is.
+    """
+    both = scene_captions(objects), scene_captions(objects[::-1])
+    return tuple(both[int(flip)][k] for k, flip in enumerate(rng.integers(0, 2, size=5)))
+
+
 def _polygon(shape: str, cx: float, cy: float, side: float, angle: float) -> list[tuple[float, float]]:
     if shape == "square":
         corners = [(-0.5, -0.5), (0.5, -0.5), (0.5, 0.5), (-0.5, 0.5)]

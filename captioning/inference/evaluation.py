@@ -233,7 +233,8 @@ def format_evaluation(evaluation: Evaluation, results_path: str | Path | None = 
         per = " ".join(f"{a} {v:.3f}" for a, v in o["attribute_accuracy"].items())
         lines.append(
             f"objects named right: {o['object_accuracy']:.4f} of {o['objects']} (size, colour, shape and "
-            f"position all right; {per}); extra objects per image: {o['extra_per_image']:.3f}"
+            f"position all right; {per}); extra objects per image: {o['extra_per_image']:.3f}; misplaced "
+            f"per image: {o['misplaced_per_image']:.3f} (another object's position: {o['borrowed_positions']:.2f})"
         )
     if evaluation.grounding is not None:
         g = evaluation.grounding

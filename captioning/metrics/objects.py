@@ -11,6 +11,10 @@ wrong binding such as "small blue square" for a small blue circle counts there t
     object_accuracy   right objects / scene objects, over all images
     extra_per_image   extra mentions per image
     attribute_accuracy  per attribute, over scene objects: agreement with the object's closest mention
+    misplaced_per_image mentions whose size, colour and shape are a scene object's but whose position is
+                        not where any such object is
+    borrowed_positions  of those, the fraction whose position is another scene object's: the objects are
+                        named and the places are named, but bound to each other wrongly (a swap)
 """
 
 from __future__ import annotations
@@ -100,12 +104,25 @@ def score_caption(caption: str | Sequence[str], objects: Sequence[Any]) -> dict[
             unused.remove(hit)
             right += 1
     extra = len(unused)
+    misplaced = borrowed = 0
+    for m in mentions:
+        looks = [o for o in scene if (o["size"], o["color"], o["shape"]) == (m.size, m.color, m.shape)]
+        if looks and m.position not in {o["position"] for o in looks}:
+            misplaced += 1
+            borrowed += m.position in {o["position"] for o in scene}
     attributes = dict.fromkeys(ATTRIBUTES, 0)
     for obj in scene:
         closest = max(mentions, key=lambda m: m.agreement(obj), default=None)
         for a in ATTRIBUTES:
             attributes[a] += closest is not None and getattr(closest, a) == obj[a]
-    return {"right": right, "objects": len(scene), "extra": extra, "attributes": attributes}
+    return {
+        "right": right,
+        "objects": len(scene),
+        "extra": extra,
+        "attributes": attributes,
+        "misplaced": misplaced,
+        "borrowed": borrowed,
+    }
 
 
 def object_accuracy(
@@ -114,17 +131,20 @@ def object_accuracy(
     """Corpus object accuracy (module docstring) of ``captions[i]`` against the objects of ``scenes[i]``."""
     if len(captions) != len(scenes):
         raise ValueError(f"{len(captions)} captions but {len(scenes)} scenes")
-    right = objects = extra = 0
+    right = objects = extra = misplaced = borrowed = 0
     attributes = dict.fromkeys(ATTRIBUTES, 0)
     for caption, scene in zip(captions, scenes):
         s = score_caption(caption, scene)
         right, objects, extra = right + s["right"], objects + s["objects"], extra + s["extra"]
+        misplaced, borrowed = misplaced + s["misplaced"], borrowed + s["borrowed"]
         for a in ATTRIBUTES:
             attributes[a] += s["attributes"][a]
     return {
         "object_accuracy": right / objects if objects else float("nan"),
         "extra_per_image": extra / len(captions) if captions else float("nan"),
         "attribute_accuracy": {a: attributes[a] / objects if objects else float("nan") for a in ATTRIBUTES},
+        "misplaced_per_image": misplaced / len(captions) if captions else float("nan"),
+        "borrowed_positions": borrowed / misplaced if misplaced else float("nan"),
         "objects": objects,
         "images": len(captions),
     }
