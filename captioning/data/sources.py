@@ -52,16 +52,12 @@ class SyntheticSource(CaptionSource):
             raise ValueError(f"split must be one of {sorted(_SPLIT_STREAM)}, got {split!r}")
         if not 0 <= seed < 2**63:  # numpy's generators take no negative seeds
             raise ValueError(f"seed={seed}: expected an integer >= 0")
-        self.scenes: list[Scene] = [render_scene((seed, _SPLIT_STREAM[split], i)) for i in range(num_images)]
-        if shuffle_object_order:
+        keys = [(seed, _SPLIT_STREAM[split], i) for i in range(num_images)]  # scene i's seed
+        self.scenes: list[Scene] = [render_scene(key) for key in keys]
+        if shuffle_object_order:  # each scene's order drawn from its own seed: independent of num_images
             self.scenes = [
-                replace(
-                    s,
-                    captions=shuffled_captions(
-                        s.objects, np.random.default_rng((seed, _SPLIT_STREAM[split], i, 1))
-                    ),
-                )
-                for i, s in enumerate(self.scenes)
+                replace(s, captions=shuffled_captions(s.objects, np.random.default_rng((*key, 1))))
+                for key, s in zip(keys, self.scenes)
             ]
 
     def __len__(self) -> int:
