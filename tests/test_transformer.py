@@ -8,16 +8,24 @@ import torch
 from captioning.decoding import beam_search, greedy
 from captioning.models.attention.multihead import MultiHeadSDPA, attention_weights, fused_attention
 from captioning.models.decoders.transformer import TransformerDecoder
-from captioning.models.position import sinusoidal_1d, sinusoidal_2d, square_grid_side
+from captioning.models.position import (
+    alibi_bias,
+    alibi_slopes,
+    sinusoidal_1d,
+    sinusoidal_2d,
+    square_grid_side,
+)
 
 from helpers import build_net, random_batch
 
 V = 12
 
 
-def naive_attention(q, k, v, mask=None, causal=False):
-    """softmax(Q Kᵀ / √d) V written out, masked keys at -inf: (B, h, T, d) -> out, weights."""
+def naive_attention(q, k, v, mask=None, causal=False, bias=None):
+    """softmax(Q Kᵀ / √d + bias) V written out, masked keys at -inf: (B, h, T, d) -> out, weights."""
     scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
     if causal:
@@ -59,6 +67,28 @@ def test_fused_attention_equals_the_naive_reference(masked, causal):
     torch.testing.assert_close(attention_weights(q, k, mask, causal), expected_w, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_fused_attention_with_an_alibi_bias_equals_the_naive_reference(masked):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 4, 5, 8, generator=g) for _ in range(3))  # (B, h, T=S, d)
+    mask = torch.tensor([[True] * 5, [True, True, True, True, False]]) if masked else None
+    bias = alibi_bias(4, 5, 0)  # (h, T, S), -inf above the diagonal
+    expected, expected_w = naive_attention(q, k, v, mask, causal=True, bias=bias)
+    torch.testing.assert_close(fused_attention(q, k, v, mask, True, bias=bias), expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(attention_weights(q, k, mask, True, bias), expected_w, atol=1e-6, rtol=1e-5)
+
+
+def test_alibi_bias_is_minus_slope_times_distance_and_causal():
+    slopes = alibi_slopes(4)
+    torch.testing.assert_close(slopes, torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]))  # 2^(-8h/H)
+    full = alibi_bias(4, 6, 0)  # (h, 6, 6): the whole prefix at once
+    assert full.shape == (4, 6, 6)
+    assert full[0, 5, 1].item() == -4 * 2.0**-2 and full[3, 2, 2].item() == 0.0
+    assert torch.isinf(full[:, 2, 3:]).all() and not torch.isinf(full[:, 2, :3]).any()
+    # one new query after 5 cached tokens is the last row of the full bias: the cache sees the same scores
+    torch.testing.assert_close(alibi_bias(4, 1, 5), full[:, 5:6])
+
+
 def test_module_weights_path_gives_the_same_output_and_the_weights_it_applies():
     torch.manual_seed(0)
     mha = MultiHeadSDPA(embed_dim=16, num_heads=4).eval()
@@ -82,8 +112,9 @@ def test_module_weights_path_gives_the_same_output_and_the_weights_it_applies():
     assert torch.equal(k_self, k2) and torch.equal(v_self, v2)
 
 
-def test_a_later_token_never_changes_earlier_logits():
-    dec = decoder()
+@pytest.mark.parametrize("alibi", [False, True])
+def test_a_later_token_never_changes_earlier_logits(alibi):
+    dec = decoder(alibi=alibi)
     features = grid()
     tokens = torch.randint(3, V, (3, 7), generator=torch.Generator().manual_seed(1))
     changed = tokens.clone()
@@ -91,13 +122,17 @@ def test_a_later_token_never_changes_earlier_logits():
     a, b = dec(features, tokens).logits, dec(features, changed).logits
     torch.testing.assert_close(a[:, :4], b[:, :4], atol=1e-6, rtol=1e-6)
     assert (a[:, 4:] - b[:, 4:]).abs().max() > 1e-3  # and the later positions do see it
+    if alibi:  # the bias is applied: the same weights without it give other logits from the second token on
+        plain = decoder(alibi=False)(features, tokens).logits
+        torch.testing.assert_close(a[:, 0], plain[:, 0], atol=1e-6, rtol=1e-6)  # one key: nothing to bias
+        assert (a[:, 1:] - plain[:, 1:]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("memory_layers", [0, 1])
+@pytest.mark.parametrize("options", [{}, {"memory_layers": 1}, {"alibi": True}])
 @pytest.mark.parametrize("masked", [False, True])
-def test_cached_steps_equal_full_recomputation_at_every_step(masked, memory_layers):
-    cached = decoder(use_cache=True, memory_layers=memory_layers)
-    full = decoder(use_cache=False, memory_layers=memory_layers)
+def test_cached_steps_equal_full_recomputation_at_every_step(masked, options):
+    cached = decoder(use_cache=True, **options)
+    full = decoder(use_cache=False, **options)
     features = grid()
     mask = torch.ones(3, 9, dtype=torch.bool)
     if masked:

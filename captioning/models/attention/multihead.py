@@ -59,6 +59,15 @@ def _key_mask(mask: Tensor | None, t: int, s: int, is_causal: bool, device: torc
     return out
 
 
+def _float_mask(
+    bias: Tensor, mask: Tensor | None, t: int, s: int, is_causal: bool, dtype: torch.dtype
+) -> Tensor:
+    """An additive (B or 1, h, T, S) mask: ``bias`` (h, T, S) with -inf wherever ``_key_mask`` forbids."""
+    out = bias.to(dtype)[None]  # (1, h, T, S)
+    allowed = _key_mask(mask, t, s, is_causal, bias.device)  # (B or 1, 1, T, S) or None
+    return out if allowed is None else out.masked_fill(~allowed, float("-inf"))
+
+
 def fused_attention(
     q: Tensor,
     k: Tensor,
@@ -66,25 +75,35 @@ def fused_attention(
     mask: Tensor | None = None,
     is_causal: bool = False,
     dropout_p: float = 0.0,
+    bias: Tensor | None = None,
 ) -> Tensor:
-    """SDPA on q (B, h, T, d), k (B, h, S, d), v (B, h, S, dv); ``mask`` (B, S) True on valid keys.
+    """SDPA on q (B, h, T, d), k (B, h, S, d), v (B, h, S, dv); ``mask`` (B, S) True on valid keys;
+    ``bias`` (h, T, S) an additive score bias (e.g. ``position.alibi_bias``) or None.
 
-    Returns (B, h, T, dv). With no key mask, ``is_causal`` is passed through so flash attention can
-    serve it; SDPA rejects a mask together with ``is_causal``, so then the two are combined here.
+    Returns (B, h, T, dv). With no key mask and no bias, ``is_causal`` is passed through so flash
+    attention can serve it; SDPA rejects a mask together with ``is_causal``, so then they are combined here.
     """
+    if bias is not None:
+        attn_mask = _float_mask(bias, mask, q.shape[-2], k.shape[-2], is_causal, q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal)
     attn_mask = _key_mask(mask, q.shape[-2], k.shape[-2], is_causal, q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
 
 
-def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
-    """The explicit path: softmax(q kᵀ / √d) with the same masking as ``fused_attention`` -> (B, h, T, S).
+def attention_weights(
+    q: Tensor, k: Tensor, mask: Tensor | None = None, is_causal: bool = False, bias: Tensor | None = None
+) -> Tensor:
+    """The explicit path: softmax(q kᵀ / √d + bias) with the same masking as ``fused_attention`` ->
+    (B, h, T, S).
 
     Masked keys get exactly zero weight. The softmax runs in float32 (bf16 under autocast would round
     the weights visibly) and the result is returned in the scores' dtype.
     """
     scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, h, T, d) @ (B, h, d, S) -> (B, h, T, S)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)  # (h, T, S) broadcast over B; -inf on future keys
     allowed = _key_mask(mask, q.shape[-2], k.shape[-2], is_causal, q.device)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
@@ -134,8 +153,10 @@ class MultiHeadSDPA(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         need_weights: bool = False,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Output (B, T, D) through the fused kernel, plus the weights (B, h, T, S) only if asked.
+        """Output (B, T, D) through the fused kernel, plus the weights (B, h, T, S) only if asked;
+        ``bias`` (h, T, S) is added to the scores (self-attention only).
 
         q may have K rows per row of k, v and mask (beam search over a per-image memory): the K rows of
         an image then attend as K·T queries of that image, so the memory is never copied per beam.
@@ -143,11 +164,11 @@ class MultiHeadSDPA(nn.Module):
         p = self.dropout if self.training else 0.0
         rows, images = q.shape[0], k.shape[0]
         if rows != images:
-            if is_causal:
+            if is_causal or bias is not None:
                 raise ValueError("MultiHeadSDPA: K query rows per key row is for cross-attention only")
             q = fold_rows(q, images)  # (B·K, h, T, d) -> (B, h, K·T, d)
-        out = fused_attention(q, k, v, mask, is_causal, p)  # (B, h, K·T, d)
-        weights = attention_weights(q, k, mask, is_causal) if need_weights else None  # (B, h, K·T, S)
+        out = fused_attention(q, k, v, mask, is_causal, p, bias)  # (B, h, K·T, d)
+        weights = attention_weights(q, k, mask, is_causal, bias) if need_weights else None  # (B, h, K·T, S)
         if rows != images:
             out = unfold_rows(out, rows)  # (B·K, h, T, d)
             weights = None if weights is None else unfold_rows(weights, rows)  # (B·K, h, T, S)

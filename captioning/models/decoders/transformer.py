@@ -3,7 +3,8 @@
 memory = LN(W_m a + P2d)                      the grid (B, L, D) in model width, with 2-D positions
 memory = LN(Enc(memory))  (memory_layers > 0)  optional pre-LN self-attention layers over the cells
 x_0    = √D · E y + P1d                       token embeddings with 1-D positions
-x     += SelfAttn(LN x)  (causal)             per layer (Xiong et al. 2020 pre-LN ordering)
+x     += SelfAttn(LN x)  (causal)             per layer (Xiong et al. 2020 pre-LN ordering);
+                                              with ``alibi`` its scores get -m_h·(i - j) (Press et al. 2022)
 x     += CrossAttn(LN x, memory)
 x     += FF(LN x)
 logits = W_o LN(x_N)                          W_o tied to E when ``tie_embeddings``
@@ -31,7 +32,7 @@ from torch import Tensor, nn
 
 from captioning.models.attention.multihead import MultiHeadSDPA
 from captioning.models.decoders.base import Decoder, DecoderOutput, State, as_state_mask
-from captioning.models.position import sinusoidal_1d, sinusoidal_2d, square_grid_side
+from captioning.models.position import alibi_bias, sinusoidal_1d, sinusoidal_2d, square_grid_side
 
 KV = tuple[Tensor, Tensor]  # keys, values (B, h, S, d)
 
@@ -68,9 +69,16 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(
-        self, x: Tensor, cross: KV, mask: Tensor | None, past: KV | None = None, need_weights: bool = False
+        self,
+        x: Tensor,
+        cross: KV,
+        mask: Tensor | None,
+        past: KV | None = None,
+        need_weights: bool = False,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, KV, Tensor | None]:
-        """x (B, T, D): T new positions after the t positions of ``past`` (t = 0 unless T = 1).
+        """x (B, T, D): T new positions after the t positions of ``past`` (t = 0 unless T = 1);
+        ``bias`` (h, T, t + T) is added to the self-attention scores (``alibi_bias``) or None.
 
         Returns the new x, the self-attention keys/values of all t + T positions, and the
         cross-attention weights (B, h, T, L) when ``need_weights``.
@@ -83,7 +91,7 @@ class DecoderLayer(nn.Module):
                 )
             k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)  # (B, h, t+1, d)
         # A single new query may see every cached position: only a full prefix needs the causal mask.
-        out, _ = self.self_attn.attend(q, k, v, is_causal=x.shape[1] > 1)
+        out, _ = self.self_attn.attend(q, k, v, is_causal=x.shape[1] > 1, bias=bias)
         x = x + self.dropout(out)
         q = self.cross_attn.project_q(self.norm_cross(x))
         out, weights = self.cross_attn.attend(q, *cross, mask=mask, need_weights=need_weights)
@@ -108,13 +116,17 @@ class TransformerDecoder(Decoder):
         attention_head: int | None = None,
         position_dim: int = 0,
         memory_layers: int = 0,
+        alibi: bool = False,
     ):
         """``embed_dim`` is the model width D, ``hidden_dim`` the feed-forward width. ``position_dim`` P:
         0 adds a D-wide 2-D sinusoid code to the projected grid (Vaswani/DETR style); P > 0 concatenates
         a P-wide one to every cell before the projection, [a_i; PE_i] as the LSTM decoder reads the grid,
         so the projection learns how much "where" weighs against "what". ``memory_layers``: encoder layers
         (self-attention + feed-forward, pre-LN, then a final LayerNorm) over the grid before the decoder
-        reads it; 0 reads the projected grid as it is."""
+        reads it; 0 reads the projected grid as it is. ``alibi``: every self-attention score of query i on
+        token j gets -m_h·(i - j), head h's slope m_h = 2^(-8h/H) (Press et al. 2022), on top of the 1-D
+        sinusoids, so some heads read mostly the current phrase ("a big red circle") and the query for its
+        position word is not a mix of both objects' words."""
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(
@@ -132,7 +144,7 @@ class TransformerDecoder(Decoder):
             raise ValueError(f"TransformerDecoder: attention_head={attention_head} outside {num_heads} heads")
         self.vocab_size, self.feature_dim = vocab_size, feature_dim
         self.embed_dim, self.hidden_dim, self.num_heads = embed_dim, hidden_dim, num_heads
-        self.use_cache = use_cache
+        self.use_cache, self.alibi = use_cache, alibi
         self.attention_layer, self.attention_head = attention_layer % num_layers, attention_head
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         nn.init.normal_(self.embedding.weight, std=embed_dim**-0.5)  # unit scale after the √D factor
@@ -192,10 +204,14 @@ class TransformerDecoder(Decoder):
         self, x: Tensor, cross: list[KV], mask: Tensor | None, past: list[KV] | None = None
     ) -> tuple[Tensor, list[KV], Tensor]:
         """All layers on x (B, T, D) -> (final hidden (B, T, D), self-attention K/V per layer, (B, T, L))."""
-        caches, chosen = [], None
+        caches, chosen, bias = [], None, None
+        if self.alibi:
+            start = 0 if past is None else past[0][0].shape[2]  # tokens already in the KV cache
+            bias = alibi_bias(self.num_heads, x.shape[1], start, x.device)  # (h, T, start + T)
         for i, layer in enumerate(self.layers):
             need = i == self.attention_layer
-            x, kv, weights = layer(x, cross[i], mask, None if past is None else past[i], need_weights=need)
+            past_i = None if past is None else past[i]
+            x, kv, weights = layer(x, cross[i], mask, past_i, need_weights=need, bias=bias)
             caches.append(kv)
             chosen = weights if need else chosen
         return self.final_norm(x), caches, self._select(chosen)
