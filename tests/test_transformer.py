@@ -74,13 +74,19 @@ def test_fused_attention_with_an_alibi_bias_equals_the_naive_reference(masked):
     mask = torch.tensor([[True] * 5, [True, True, True, True, False]]) if masked else None
     bias = alibi_bias(4, 5, 0)  # (h, T, S), -inf above the diagonal
     expected, expected_w = naive_attention(q, k, v, mask, causal=True, bias=bias)
-    torch.testing.assert_close(fused_attention(q, k, v, mask, True, bias=bias), expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        fused_attention(q, k, v, mask, True, bias=bias), expected, atol=1e-6, rtol=1e-5
+    )
     torch.testing.assert_close(attention_weights(q, k, mask, True, bias), expected_w, atol=1e-6, rtol=1e-5)
 
 
 def test_alibi_bias_is_minus_slope_times_distance_and_causal():
     slopes = alibi_slopes(4)
     torch.testing.assert_close(slopes, torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]))  # 2^(-8h/H)
+    torch.testing.assert_close(alibi_slopes(4, base=4.0), torch.tensor([0.5, 0.25, 0.125, 0.0625]))
+    torch.testing.assert_close(alibi_bias(4, 3, 0, base=4.0)[0, 2, 0], torch.tensor(-2 * 0.5))
+    with pytest.raises(ValueError, match="alibi_base=0"):
+        decoder(alibi=True, alibi_base=0.0)
     full = alibi_bias(4, 6, 0)  # (h, 6, 6): the whole prefix at once
     assert full.shape == (4, 6, 6)
     assert full[0, 5, 1].item() == -4 * 2.0**-2 and full[3, 2, 2].item() == 0.0

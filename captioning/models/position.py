@@ -46,17 +46,23 @@ def square_grid_side(num_locations: int) -> int:
     return side
 
 
-def alibi_slopes(num_heads: int) -> Tensor:
-    """Per-head slopes m_h = 2^(-8h/H), h = 1..H (Press et al. 2022, "Train short, test long", §3):
-    one head nearly blind to distance, one that reads mostly the last few tokens, and those between."""
-    return torch.pow(2.0, -8.0 * torch.arange(1, num_heads + 1, dtype=torch.float32) / num_heads)  # (H,)
+def alibi_slopes(num_heads: int, base: float = 8.0) -> Tensor:
+    """Per-head slopes m_h = 2^(-base·h/H), h = 1..H (Press et al. 2022, "Train short, test long", §3,
+    where base = 8): one head that reads mostly the last few tokens, one nearly blind to distance, and
+    those between; a smaller base makes every head more local (base 4: 1/2 .. 1/16 for H = 4)."""
+    if base <= 0:
+        raise ValueError(f"alibi_slopes: base must be positive, got {base}")
+    return torch.pow(2.0, -base * torch.arange(1, num_heads + 1, dtype=torch.float32) / num_heads)  # (H,)
 
 
-def alibi_bias(num_heads: int, queries: int, start: int, device: torch.device | None = None) -> Tensor:
+def alibi_bias(
+    num_heads: int, queries: int, start: int, device: torch.device | None = None, base: float = 8.0
+) -> Tensor:
     """Additive self-attention bias -m_h·(i - j) for ``queries`` new positions i = start .. start+T-1 over
-    keys j = 0 .. start+T-1, with -inf on future keys (causality) -> (H, T, start+T)."""
+    keys j = 0 .. start+T-1, with -inf on future keys (causality) -> (H, T, start+T); m_h from
+    ``alibi_slopes(num_heads, base)``."""
     i = torch.arange(start, start + queries, device=device)[:, None]  # (T, 1) absolute query positions
     j = torch.arange(start + queries, device=device)[None, :]  # (1, S) key positions
     distance = (i - j).to(torch.float32)  # (T, S), negative for future keys
-    bias = -alibi_slopes(num_heads).to(device)[:, None, None] * distance  # (H, T, S)
+    bias = -alibi_slopes(num_heads, base).to(device)[:, None, None] * distance  # (H, T, S)
     return bias.masked_fill(distance < 0, float("-inf"))

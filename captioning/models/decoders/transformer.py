@@ -117,6 +117,7 @@ class TransformerDecoder(Decoder):
         position_dim: int = 0,
         memory_layers: int = 0,
         alibi: bool = False,
+        alibi_base: float = 8.0,
     ):
         """``embed_dim`` is the model width D, ``hidden_dim`` the feed-forward width. ``position_dim`` P:
         0 adds a D-wide 2-D sinusoid code to the projected grid (Vaswani/DETR style); P > 0 concatenates
@@ -126,7 +127,8 @@ class TransformerDecoder(Decoder):
         reads it; 0 reads the projected grid as it is. ``alibi``: every self-attention score of query i on
         token j gets -m_h·(i - j), head h's slope m_h = 2^(-8h/H) (Press et al. 2022), on top of the 1-D
         sinusoids, so some heads read mostly the current phrase ("a big red circle") and the query for its
-        position word is not a mix of both objects' words."""
+        position word is not a mix of both objects' words; ``alibi_base`` b sets the slopes m_h = 2^(-b·h/H)
+        (8 in the paper; smaller is more local)."""
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(
@@ -144,7 +146,9 @@ class TransformerDecoder(Decoder):
             raise ValueError(f"TransformerDecoder: attention_head={attention_head} outside {num_heads} heads")
         self.vocab_size, self.feature_dim = vocab_size, feature_dim
         self.embed_dim, self.hidden_dim, self.num_heads = embed_dim, hidden_dim, num_heads
-        self.use_cache, self.alibi = use_cache, alibi
+        self.use_cache, self.alibi, self.alibi_base = use_cache, alibi, alibi_base
+        if alibi and alibi_base <= 0:
+            raise ValueError(f"TransformerDecoder: alibi_base={alibi_base} must be positive")
         self.attention_layer, self.attention_head = attention_layer % num_layers, attention_head
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         nn.init.normal_(self.embedding.weight, std=embed_dim**-0.5)  # unit scale after the √D factor
@@ -207,7 +211,7 @@ class TransformerDecoder(Decoder):
         caches, chosen, bias = [], None, None
         if self.alibi:
             start = 0 if past is None else past[0][0].shape[2]  # tokens already in the KV cache
-            bias = alibi_bias(self.num_heads, x.shape[1], start, x.device)  # (h, T, start + T)
+            bias = alibi_bias(self.num_heads, x.shape[1], start, x.device, self.alibi_base)  # (h, T, start+T)
         for i, layer in enumerate(self.layers):
             need = i == self.attention_layer
             past_i = None if past is None else past[i]
