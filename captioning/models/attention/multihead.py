@@ -82,6 +82,7 @@ def fused_attention(
 
     Returns (B, h, T, dv). With no key mask and no bias, ``is_causal`` is passed through so flash
     attention can serve it; SDPA rejects a mask together with ``is_causal``, so then they are combined here.
+    A float bias rules out the flash kernel on a GPU (the memory-efficient one takes it): ALiBi costs that.
     """
     if bias is not None:
         attn_mask = _float_mask(bias, mask, q.shape[-2], k.shape[-2], is_causal, q.dtype)
