@@ -125,10 +125,10 @@ class TransformerDecoder(Decoder):
         so the projection learns how much "where" weighs against "what". ``memory_layers``: encoder layers
         (self-attention + feed-forward, pre-LN, then a final LayerNorm) over the grid before the decoder
         reads it; 0 reads the projected grid as it is. ``alibi``: every self-attention score of query i on
-        token j gets -m_h·(i - j), head h's slope m_h = 2^(-8h/H) (Press et al. 2022), on top of the 1-D
-        sinusoids, so some heads read mostly the current phrase ("a big red circle") and the query for its
-        position word is not a mix of both objects' words; ``alibi_base`` b sets the slopes m_h = 2^(-b·h/H)
-        (8 in the paper; smaller is more local)."""
+        token j gets -m_h·(i - j), head h's slope m_h = 2^(-b·h/H) with b = ``alibi_base`` (Press et al.
+        2022 use 8; smaller is more local), on top of the 1-D sinusoids, so some heads read mostly the
+        current phrase ("a big red circle") and the query for its position word is not a mix of both
+        objects' words."""
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(
