@@ -24,7 +24,7 @@ from captioning.data.synthetic import render_scene
 from captioning.decoding.config import HARD_ATTENTION_CONTEXTS
 from captioning.metrics.coco import score_captions
 from captioning.metrics.grounding import GroundingSample, grounding_accuracy
-from captioning.metrics.objects import object_accuracy
+from captioning.metrics.objects import describe_misplaced, object_accuracy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,8 +96,7 @@ def main() -> int:
         print(
             f"{r['renderer']:>8}: objects right {r['object_accuracy']:.3f} of {r['objects']}, extra/image "
             f"{r['extra_per_image']:.3f}, grounding {r['grounding']:.3f} ({looks}), BLEU-4 {r['Bleu_4']:.3f} "
-            f"({attrs}); misplaced/image {r['misplaced_per_image']:.3f}, of them another object's position "
-            f"{r['borrowed_positions']:.2f}"
+            f"({attrs}); {describe_misplaced(r)}"
         )
     if args.json:
         args.json.write_text(

@@ -78,6 +78,32 @@ def test_small_cnn_grid_is_row_major_adaptive_pool_of_the_map() -> None:
         torch.testing.assert_close(out[:, r * 6 + c], pooled[:, :, r, c])
 
 
+def _receptive_field(enc: SmallCNN, row: int, col: int) -> tuple[float, float, int]:
+    """(centre x, centre y, width) in pixels of the input region that map cell (row, col) depends on.
+
+    Positive weights and inputs keep every ReLU open, so the gradient's support is the whole field."""
+    enc = enc.eval()
+    with torch.no_grad():
+        for m in enc.modules():
+            if isinstance(m, torch.nn.Conv2d):
+                m.weight.fill_(0.01)
+    x = torch.ones(1, 3, 96, 96, requires_grad=True)
+    enc.body(x)[0, :, row, col].sum().backward()
+    ys, xs = torch.nonzero(x.grad[0].abs().sum(0), as_tuple=True)
+    width = int(xs.max() - xs.min() + 1)
+    return float(xs.min() + xs.max()) / 2, float(ys.min() + ys.max()) / 2, width
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_small_cnn_centred_cells_see_around_their_own_block(k: int) -> None:
+    # Cell (5, 7) covers pixels x 56..63, y 40..47 (8-px blocks): centre (59.5, 43.5).
+    x, y, width = _receptive_field(SmallCNN(grid_size=12, context_kernel=k, centred=True), 5, 7)
+    assert (x, y, width) == (59.5, 43.5, 16 + 8 * (k - 1))
+    # The 3x3/2 layout (centred=False, checkpoints saved before the option) is 2 px up-left of it.
+    x, y, width = _receptive_field(SmallCNN(grid_size=12, context_kernel=k, centred=False), 5, 7)
+    assert (x, y, width) == (57.5, 41.5, 12 + 8 * (k - 1))
+
+
 def test_small_cnn_backward_gives_finite_nonzero_grads() -> None:
     torch.manual_seed(0)
     enc = SmallCNN()

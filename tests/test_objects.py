@@ -3,7 +3,13 @@
 import pytest
 
 from captioning.data.synthetic import render_scene
-from captioning.metrics.objects import Mention, object_accuracy, parse_mentions, score_caption
+from captioning.metrics.objects import (
+    Mention,
+    describe_misplaced,
+    object_accuracy,
+    parse_mentions,
+    score_caption,
+)
 
 CIRCLE_CENTER = {"size": "small", "color": "blue", "shape": "circle", "position": "center"}
 CIRCLE_BL = {"size": "big", "color": "yellow", "shape": "circle", "position": "bottom left"}
@@ -90,3 +96,16 @@ def test_corpus_misplaced_and_borrowed():
     assert out["misplaced_per_image"] == pytest.approx(3 / 2)
     assert out["borrowed_positions"] == pytest.approx(2 / 3)
     assert out["object_accuracy"] == 0
+
+
+def test_describe_misplaced_leaves_out_the_undefined_share():
+    scene = [{"shape": "circle", "color": "red", "size": "big", "position": "top left"},
+             {"shape": "square", "color": "blue", "size": "small", "position": "center"}]  # fmt: skip
+    right = object_accuracy(
+        ["a big red circle in the top left and a small blue square in the center"], [scene]
+    )
+    assert describe_misplaced(right) == "misplaced per image 0.000"  # nothing misplaced: no "nan"
+    swapped = object_accuracy(
+        ["a big red circle in the center and a small blue square in the top left"], [scene]
+    )
+    assert describe_misplaced(swapped) == "misplaced per image 2.000, of them another object's position 1.00"

@@ -36,7 +36,7 @@ from captioning.decoding import GenerationConfig, decode_captions
 from captioning.decoding.captions import check_finite
 from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
 from captioning.metrics.grounding import GroundingSample, grounding_accuracy
-from captioning.metrics.objects import object_accuracy
+from captioning.metrics.objects import describe_misplaced, object_accuracy
 from captioning.metrics.report import format_report
 
 SPLITS = ("train", "val", "test")
@@ -233,8 +233,8 @@ def format_evaluation(evaluation: Evaluation, results_path: str | Path | None = 
         per = " ".join(f"{a} {v:.3f}" for a, v in o["attribute_accuracy"].items())
         lines.append(
             f"objects named right: {o['object_accuracy']:.4f} of {o['objects']} (size, colour, shape and "
-            f"position all right; {per}); extra objects per image: {o['extra_per_image']:.3f}; misplaced "
-            f"per image: {o['misplaced_per_image']:.3f} (another object's position: {o['borrowed_positions']:.2f})"
+            f"position all right; {per}); extra objects per image: {o['extra_per_image']:.3f}; "
+            f"{describe_misplaced(o)}"
         )
     if evaluation.grounding is not None:
         g = evaluation.grounding

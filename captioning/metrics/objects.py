@@ -125,6 +125,15 @@ def score_caption(caption: str | Sequence[str], objects: Sequence[Any]) -> dict[
     }
 
 
+def describe_misplaced(result: Mapping[str, Any]) -> str:
+    """``object_accuracy``'s misplaced count in words; the borrowed share only when something is misplaced
+    (of no misplaced mention it is undefined: NaN in the dict, left out here rather than printed "nan")."""
+    text = f"misplaced per image {result['misplaced_per_image']:.3f}"
+    if result["borrowed_positions"] == result["borrowed_positions"]:  # not NaN
+        text += f", of them another object's position {result['borrowed_positions']:.2f}"
+    return text
+
+
 def object_accuracy(
     captions: Sequence[str | Sequence[str]], scenes: Sequence[Sequence[Any]]
 ) -> dict[str, Any]:

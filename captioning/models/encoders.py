@@ -96,9 +96,24 @@ class SmallCNN(ImageEncoder):
     ``context_kernel`` (k, odd) sets how far a cell sees beyond itself: the receptive field is
     12 + 8·(k − 1) px, 28 px for k = 3 (a cell sees its neighbours' objects), 12 px for k = 1 (a cell of
     8 px sees little more than itself, so an object's colour and outline are only in the cells it covers).
+
+    ``centred`` makes each grid cell's receptive field centred on the cell's own 8-px block, which is where
+    attention maps, overlays and the grounding metric place it. The stem's 4-px patches are aligned, but a
+    3x3/2 convolution with padding 1 centres output i on input patch 2i, so cell i's field is centred at
+    pixel 8i + 1.5, 2 px up and left of its block's centre 8i + 3.5: an object centred on a block is seen
+    best by the cell below-right of it, and a small object's (~12 px) attention peak falls outside its box.
+    A 4x4/2 convolution with padding 1 centres output i on patches 2i and 2i + 1 (pixel 8i + 3.5) and widens
+    the field by 4 px (16 + 8·(k − 1) px). False keeps the 3x3/2 layer of checkpoints saved before it.
     """
 
-    def __init__(self, out_dim: int = 128, grid_size: int = 6, width: int = 32, context_kernel: int = 3):
+    def __init__(
+        self,
+        out_dim: int = 128,
+        grid_size: int = 6,
+        width: int = 32,
+        context_kernel: int = 3,
+        centred: bool = False,
+    ):
         super().__init__()
         if out_dim < 1 or grid_size < 1 or width < 1:
             raise ValueError(f"SmallCNN needs positive sizes, got {out_dim=}, {grid_size=}, {width=}")
@@ -111,7 +126,7 @@ class SmallCNN(ImageEncoder):
         k = context_kernel
         self.body = nn.Sequential(
             _conv_bn_relu(3, width, 4, 4, 0),  # (B, w, H/4, W/4)
-            _conv_bn_relu(width, 2 * width, 3, 2, 1),  # (B, 2w, H/8, W/8)
+            _conv_bn_relu(width, 2 * width, 4 if centred else 3, 2, 1),  # (B, 2w, H/8, W/8)
             _conv_bn_relu(2 * width, 4 * width, k, 1, k // 2),  # (B, 4w, H/8, W/8)
             _conv_bn_relu(4 * width, out_dim, 1, 1, 0),  # (B, out_dim, H/8, W/8)
         )
