@@ -99,13 +99,11 @@ def test_corpus_misplaced_and_borrowed():
 
 
 def test_describe_misplaced_leaves_out_the_undefined_share():
-    scene = [{"shape": "circle", "color": "red", "size": "big", "position": "top left"},
-             {"shape": "square", "color": "blue", "size": "small", "position": "center"}]  # fmt: skip
     right = object_accuracy(
-        ["a big red circle in the top left and a small blue square in the center"], [scene]
+        ["a small blue circle in the center and a big yellow circle in the bottom left"], [SCENE]
     )
     assert describe_misplaced(right) == "misplaced per image 0.000"  # nothing misplaced: no "nan"
     swapped = object_accuracy(
-        ["a big red circle in the center and a small blue square in the top left"], [scene]
+        ["a small blue circle in the bottom left and a big yellow circle in the center"], [SCENE]
     )
     assert describe_misplaced(swapped) == "misplaced per image 2.000, of them another object's position 1.00"

@@ -19,6 +19,7 @@ wrong binding such as "small blue square" for a small blue circle counts there t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -129,7 +130,7 @@ def describe_misplaced(result: Mapping[str, Any]) -> str:
     """``object_accuracy``'s misplaced count in words; the borrowed share only when something is misplaced
     (of no misplaced mention it is undefined: NaN in the dict, left out here rather than printed "nan")."""
     text = f"misplaced per image {result['misplaced_per_image']:.3f}"
-    if result["borrowed_positions"] == result["borrowed_positions"]:  # not NaN
+    if not math.isnan(result["borrowed_positions"]):
         text += f", of them another object's position {result['borrowed_positions']:.2f}"
     return text
 
