@@ -186,6 +186,29 @@ def test_negative_final_entropy_weight_ends_the_curriculum_with_a_penalty_that_s
         reinforce(entropy_weight_final=float("nan"), anneal_steps=2)
 
 
+def test_entropy_anneal_start_holds_the_bonus_then_fades_it_while_the_curriculum_keeps_its_own_window():
+    layer = reinforce(
+        semi_sampling_p=1.0,
+        semi_sampling_final=0.0,
+        entropy_weight=0.01,
+        entropy_weight_final=0.0,
+        anneal_steps=2,
+        entropy_anneal_start=3,
+    )
+    probabilities, weights = [], []
+    for _ in range(7):
+        layer.start_training_batch()
+        probabilities.append(layer.soft_batch_probability)
+        weights.append(layer.entropy_weight)
+    assert probabilities == pytest.approx([1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0])  # batches 1-3: the curriculum
+    assert weights == pytest.approx([0.01, 0.01, 0.01, 0.01, 0.005, 0.0, 0.0])  # held 3 batches, then 2 to fade
+    restored = reinforce(entropy_weight=0.01, entropy_weight_final=0.0, anneal_steps=2, entropy_anneal_start=3)
+    restored.load_state_dict(layer.state_dict())  # the step counter is checkpointed, so a resumed run agrees
+    assert restored.entropy_weight == 0.0
+    with pytest.raises(ValueError, match="entropy_anneal_start=-1 must be >= 0"):
+        reinforce(entropy_weight_final=0.0, anneal_steps=2, entropy_anneal_start=-1)
+
+
 def test_soft_to_hard_curriculum_anneals_per_training_batch_and_is_checkpointed():
     schedule = dict(
         semi_sampling_p=1.0,

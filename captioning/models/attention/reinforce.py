@@ -66,7 +66,13 @@ class ReinforceHardAttention(HardAttention):
     last batches train exactly the hard model that inference runs. Every sampled batch's REINFORCE term
     stays an unbiased estimate of the hard objective's gradient at the current weights (the coin and λ_H
     depend on the step count only, not on s); what the schedule changes is which objective a batch
-    follows, as semi-sampling itself does. A negative ``entropy_weight_final`` ends the schedule with an
+    follows, as semi-sampling itself does. ``entropy_anneal_start`` S delays λ_H's move: it holds its start
+    value for the first S batches and reaches ``entropy_weight_final`` at batch S + N. Why: the bonus
+    keeps the policy exploring while the words are still being learnt (faded with the curriculum it
+    commits too early, README), but once the captions are right the reward no longer tells the samples
+    apart (leave-one-out advantages near 0) and the bonus alone moves α, spreading it off the objects;
+    fading it then stops that drift. A step count, not a caption-quality trigger, so the schedule is
+    the same for every seed and every resumed run. A negative ``entropy_weight_final`` ends the schedule with an
     entropy *penalty*: −λ_H·H with λ_H < 0 pushes each α_t to commit to few cells, the bias opposite to
     the bonus's (both are regularisers outside the hard objective, and the penalty's gradient is exact,
     not sampled). Why: inference attends the argmax cell, so a policy spread over an object's cells
@@ -100,6 +106,7 @@ class ReinforceHardAttention(HardAttention):
         semi_sampling_final: float | None = None,
         entropy_weight_final: float | None = None,
         anneal_steps: int = 0,
+        entropy_anneal_start: int = 0,
         value_weight: float = 1.0,
         exact_cells: int = 16,
     ):
@@ -113,8 +120,11 @@ class ReinforceHardAttention(HardAttention):
             raise ValueError(
                 f"ReinforceHardAttention: semi_sampling_final={semi_sampling_final} must be in [0, 1]"
             )
-        if anneal_steps < 0:
-            raise ValueError(f"ReinforceHardAttention: anneal_steps={anneal_steps} must be >= 0")
+        if anneal_steps < 0 or entropy_anneal_start < 0:
+            raise ValueError(
+                f"ReinforceHardAttention: anneal_steps={anneal_steps} and entropy_anneal_start="
+                f"{entropy_anneal_start} must be >= 0 (numbers of training batches)"
+            )
         if entropy_weight_final is not None and not math.isfinite(entropy_weight_final):
             raise ValueError(
                 f"ReinforceHardAttention: entropy_weight_final={entropy_weight_final} must be a finite number"
@@ -133,7 +143,7 @@ class ReinforceHardAttention(HardAttention):
         # Only with baseline="learned", so other checkpoints keep their exact state dict.
         self.value_head = torch.nn.Linear(query_dim, 1) if baseline == "learned" else None
         self.semi_sampling_final, self.entropy_weight_final = semi_sampling_final, entropy_weight_final
-        self.anneal_steps = anneal_steps
+        self.anneal_steps, self.entropy_anneal_start = anneal_steps, entropy_anneal_start
         if credit not in CREDITS:
             raise ValueError(f"ReinforceHardAttention: credit={credit!r}, expected one of {CREDITS}")
         self.credit = credit
@@ -164,11 +174,12 @@ class ReinforceHardAttention(HardAttention):
         state_dict.setdefault(prefix + "step", torch.zeros((), dtype=torch.long))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def _annealed(self, start: float, final: float | None) -> float:
-        """``start`` moved linearly to ``final`` over the first ``anneal_steps`` batches (then ``final``)."""
+    def _annealed(self, start: float, final: float | None, delay: int = 0) -> float:
+        """``start`` for the first ``delay`` batches, then moved linearly to ``final`` over the next
+        ``anneal_steps`` batches (then ``final``)."""
         if final is None:
             return start
-        done = min(max(int(self.step) - 1, 0) / self.anneal_steps, 1.0)  # this batch's place in the anneal
+        done = min(max(int(self.step) - 1 - delay, 0) / self.anneal_steps, 1.0)  # this batch's place in it
         return start + (final - start) * done
 
     @property
@@ -189,7 +200,7 @@ class ReinforceHardAttention(HardAttention):
 
     @property
     def entropy_weight(self) -> float:
-        return self._annealed(self.entropy_weight_start, self.entropy_weight_final)
+        return self._annealed(self.entropy_weight_start, self.entropy_weight_final, self.entropy_anneal_start)
 
     @entropy_weight.setter
     def entropy_weight(self, value: float) -> None:  # a constant λ_H from now on (no anneal)
