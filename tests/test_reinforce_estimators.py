@@ -201,8 +201,12 @@ def test_entropy_anneal_start_holds_the_bonus_then_fades_it_while_the_curriculum
         probabilities.append(layer.soft_batch_probability)
         weights.append(layer.entropy_weight)
     assert probabilities == pytest.approx([1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0])  # batches 1-3: the curriculum
-    assert weights == pytest.approx([0.01, 0.01, 0.01, 0.01, 0.005, 0.0, 0.0])  # held 3 batches, then 2 to fade
-    restored = reinforce(entropy_weight=0.01, entropy_weight_final=0.0, anneal_steps=2, entropy_anneal_start=3)
+    assert weights == pytest.approx(
+        [0.01, 0.01, 0.01, 0.01, 0.005, 0.0, 0.0]
+    )  # held 3 batches, then 2 to fade
+    restored = reinforce(
+        entropy_weight=0.01, entropy_weight_final=0.0, anneal_steps=2, entropy_anneal_start=3
+    )
     restored.load_state_dict(layer.state_dict())  # the step counter is checkpointed, so a resumed run agrees
     assert restored.entropy_weight == 0.0
     with pytest.raises(ValueError, match="entropy_anneal_start=-1 must be >= 0"):
