@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.training.build import build_net as build_net_from_config
 
 from conftest import TINY, compose_train
@@ -31,3 +32,10 @@ def assert_step_matches_forward(decoder, features, tokens, full) -> None:
         logits, att, state = decoder.step(tokens[:, t], state)
         torch.testing.assert_close(logits, full.logits[:, t], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(att, full.attention[:, t], atol=1e-5, rtol=1e-5)
+
+
+def reinforce_layer(**kwargs) -> ReinforceHardAttention:
+    """A small REINFORCE attention layer in training mode: no entropy bonus, every batch sampled, unless
+    the keyword arguments say otherwise."""
+    kwargs = {"entropy_weight": 0.0, "semi_sampling_p": 0.0, **kwargs}
+    return ReinforceHardAttention(feature_dim=5, query_dim=4, attention_dim=6, **kwargs).train()

@@ -1,6 +1,6 @@
 """The REINFORCE location estimators on toy problems with exact gradients (unbiasedness of every
-credit / baseline / K, the measured variance ordering), the baselines' values and updates, the
-soft-to-hard curriculum and entropy schedule, and the learned baseline in a decoder."""
+credit / baseline / K, the measured variance ordering), the baselines' values and updates, and the
+learned baseline in a decoder. The curriculum and entropy schedules: tests/test_reinforce_schedule.py."""
 
 import math
 
@@ -19,6 +19,7 @@ from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.models.decoders.base import shift_inputs
 
 from helpers import build_net, random_batch
+from helpers import reinforce_layer as reinforce
 
 # Toy problem: one categorical choice s ~ softmax(θ) over 4 locations, reward f(s). The large common
 # offset is what a baseline removes: it adds variance to the plain estimator but nothing to E[∇].
@@ -46,11 +47,6 @@ def layer_estimates(layer: ReinforceHardAttention, batches: int, n: int, k: int 
         loss, _ = layer.auxiliary_loss(log_prob, torch.zeros(n * k, 1), REWARD[s], ones)
         estimates.append(-torch.autograd.grad(loss, theta)[0])
     return torch.stack(estimates)
-
-
-def reinforce(**kwargs) -> ReinforceHardAttention:
-    kwargs = {"entropy_weight": 0.0, "semi_sampling_p": 0.0, **kwargs}
-    return ReinforceHardAttention(feature_dim=5, query_dim=4, attention_dim=6, **kwargs).train()
 
 
 @pytest.mark.parametrize(
@@ -134,115 +130,6 @@ def test_length_scaled_baseline_scales_a_per_token_average_with_caption_length()
     (grad,) = torch.autograd.grad(loss, log_prob)  # advantages (−6 + 4, −1 + 2) = (−2, 1)
     torch.testing.assert_close(grad, -torch.tensor([[-2.0, -2.0], [1.0, 0.0]]) / 3)
     torch.testing.assert_close(layer.baseline, torch.tensor(0.9 * -2.0 + 0.1 * -7.0 / 3))
-
-
-def test_semi_sampling_coin_is_per_batch_and_selects_soft_or_hard_context():
-    torch.manual_seed(0)
-    features, query = torch.randn(3, 7, 5), torch.randn(3, 4)
-    soft = reinforce(semi_sampling_p=1.0)
-    soft.start_training_batch()  # the training loop's per-batch hook flips the coin
-    out = soft(query, features, soft.precompute(features))
-    torch.testing.assert_close(out.weights, out.alphas)
-    torch.testing.assert_close(out.context, torch.einsum("bl,bld->bd", out.alphas, features))
-    hard = reinforce(semi_sampling_p=0.0)
-    hard.start_training_batch()
-    out = hard(query, features, hard.precompute(features))
-    index = out.weights.argmax(-1)
-    assert torch.equal(out.weights.sum(-1), torch.ones(3)) and torch.equal(
-        out.weights.max(-1).values, torch.ones(3)
-    )
-    assert torch.equal(out.context, features[torch.arange(3), index])
-    torch.testing.assert_close(out.log_prob, out.alphas[torch.arange(3), index].log())
-    half = reinforce(semi_sampling_p=0.5)
-    flips = []
-    for _ in range(400):
-        half.start_training_batch()
-        flips.append(half.sample_this_batch)
-    coin = half.sample_this_batch
-    for _ in range(20):  # neither precompute nor forward flips it: only the explicit hook does
-        half(query, features, half.precompute(features))
-    assert half.sample_this_batch == coin
-    assert 0.4 < sum(flips) / len(flips) < 0.6  # 4 standard deviations of Binomial(400, 0.5) / 400
-
-
-def test_negative_final_entropy_weight_ends_the_curriculum_with_a_penalty_that_sharpens_attention():
-    layer = reinforce(entropy_weight=0.01, entropy_weight_final=-0.5, anneal_steps=2, semi_sampling_p=1.0)
-    layer.train()
-    weights = []
-    for _ in range(4):
-        layer.start_training_batch()
-        weights.append(layer.entropy_weight)
-    assert weights == pytest.approx([0.01, -0.245, -0.5, -0.5])
-    scores = torch.tensor([[0.3, -0.2, 0.8, 0.0]], requires_grad=True)  # (B=1, L=4)
-    alphas = torch.softmax(scores, -1)
-    entropy = -(alphas * alphas.log()).sum(-1, keepdim=True)  # (B, T=1)
-    ones = torch.ones(1, 1)
-    loss, _ = layer.auxiliary_loss(torch.zeros(1, 1), entropy, torch.zeros(1), ones)  # a soft batch
-    assert loss.item() == pytest.approx(0.5 * entropy.item())  # −λ_H·H with λ_H = −0.5
-    loss.backward()
-    sharper = torch.softmax(scores.detach() - 0.1 * scores.grad, -1)  # one gradient-descent step
-    assert -(sharper * sharper.log()).sum() < entropy.item()
-    with pytest.raises(ValueError, match="entropy_weight_final=nan must be a finite number"):
-        reinforce(entropy_weight_final=float("nan"), anneal_steps=2)
-
-
-def test_entropy_anneal_start_holds_the_bonus_then_fades_it_while_the_curriculum_keeps_its_own_window():
-    layer = reinforce(
-        semi_sampling_p=1.0,
-        semi_sampling_final=0.0,
-        entropy_weight=0.01,
-        entropy_weight_final=0.0,
-        anneal_steps=2,
-        entropy_anneal_start=3,
-    )
-    probabilities, weights = [], []
-    for _ in range(7):
-        layer.start_training_batch()
-        probabilities.append(layer.soft_batch_probability)
-        weights.append(layer.entropy_weight)
-    assert probabilities == pytest.approx([1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0])  # batches 1-3: the curriculum
-    assert weights == pytest.approx(
-        [0.01, 0.01, 0.01, 0.01, 0.005, 0.0, 0.0]
-    )  # held 3 batches, then 2 to fade
-    restored = reinforce(
-        entropy_weight=0.01, entropy_weight_final=0.0, anneal_steps=2, entropy_anneal_start=3
-    )
-    restored.load_state_dict(layer.state_dict())  # the step counter is checkpointed, so a resumed run agrees
-    assert restored.entropy_weight == 0.0
-    with pytest.raises(ValueError, match="entropy_anneal_start=-1 must be >= 0"):
-        reinforce(entropy_weight_final=0.0, anneal_steps=2, entropy_anneal_start=-1)
-
-
-def test_soft_to_hard_curriculum_anneals_per_training_batch_and_is_checkpointed():
-    schedule = dict(
-        semi_sampling_p=1.0,
-        semi_sampling_final=0.0,
-        entropy_weight=0.01,
-        entropy_weight_final=0.0,
-        anneal_steps=4,
-    )
-    layer = reinforce(**schedule)
-    probabilities, weights, coins = [], [], []
-    for _ in range(6):
-        layer.start_training_batch()
-        probabilities.append(layer.soft_batch_probability)
-        weights.append(layer.entropy_weight)
-        coins.append(layer.sample_this_batch)
-    assert probabilities == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0, 0.0])  # batch 1 at the start value
-    assert weights == pytest.approx([0.01, 0.0075, 0.005, 0.0025, 0.0, 0.0])
-    assert coins[0] is False and coins[-2:] == [True, True]  # p = 1: soft for sure; p = 0: sampled for sure
-    restored = reinforce(**schedule)
-    restored.load_state_dict(layer.state_dict())
-    assert restored.step == 6 and restored.soft_batch_probability == 0.0
-    legacy = {k: v for k, v in layer.state_dict().items() if k != "step"}  # written before the anneal
-    restored.load_state_dict(legacy)
-    assert restored.step == 0 and restored.soft_batch_probability == 1.0
-    with pytest.raises(ValueError, match="anneal_steps > 0"):
-        reinforce(semi_sampling_final=0.0)
-    constant = reinforce(semi_sampling_p=0.3)
-    for _ in range(3):
-        constant.start_training_batch()
-    assert constant.soft_batch_probability == 0.3 and constant.entropy_weight == constant.entropy_weight_start
 
 
 # Toy problem with T = 3 steps: location s_t ~ softmax(θ_t), word t's log-likelihood f_t(s_1..s_t) depends
@@ -464,6 +351,7 @@ def test_decoder_cell_log_likelihoods_rescore_the_sampled_cell_exactly():
         "model.decoder.attention.baseline=leave_one_out",
         "model.decoder.attention.semi_sampling_p=0.0",
         "model.decoder.attention.semi_sampling_final=null",
+        "model.decoder.attention.entropy_weight_final=null",
         "model.decoder.attention.anneal_steps=0",
         "model.decoder.dropout=0.0",
     ]
