@@ -102,7 +102,7 @@ class SmallCNN(ImageEncoder):
     3x3/2 convolution with padding 1 centres output i on input patch 2i, so cell i's field is centred at
     pixel 8i + 1.5, 2 px up and left of its block's centre 8i + 3.5. A 4x4/2 convolution with padding 1
     centres output i on patches 2i and 2i + 1 (pixel 8i + 3.5) and widens the field by 4 px (16 + 8·(k − 1)
-    px). At the make-train recipe (3 seeds, README) it leaves soft attention's grounding level (0.77) and
+    px). At the make-train recipe (3 seeds, docs/experiments/synthetic_scenes.md) it leaves soft attention's grounding level (0.77) and
     names fewer objects right, so False, the layer of every checkpoint saved before the option, is the default.
     """
 

@@ -69,7 +69,7 @@ class ReinforceHardAttention(HardAttention):
     follows, as semi-sampling itself does. ``entropy_anneal_start`` S delays λ_H's move: it holds its start
     value for the first S batches and reaches ``entropy_weight_final`` at batch S + N. Why: the bonus
     keeps the policy exploring while the words are still being learnt (faded with the curriculum it
-    commits too early, README), but once the captions are right the reward no longer tells the samples
+    commits too early, docs/experiments/synthetic_scenes.md), but once the captions are right the reward no longer tells the samples
     apart (leave-one-out advantages near 0) and the bonus alone moves α, spreading it off the objects;
     fading it then stops that drift. A step count, not a caption-quality trigger, so the schedule is
     the same for every seed and every resumed run. A negative ``entropy_weight_final`` ends the schedule with an

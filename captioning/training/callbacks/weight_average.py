@@ -5,8 +5,8 @@ validation, checkpoint ranking and every saved checkpoint.
 (k = 1, 2, ...; micro-batches of gradient accumulation do not count), with d_k = min(decay, (1 + k) /
 (10 + k)): the warm-up term keeps the first averages from being dominated by the earliest weights (with
 the fixed decay alone their weight after k steps would still be decay^k). With
-decay 0.999 the average spans ~1,000 steps, two Flickr8k epochs. Measured there (README "Weight
-averaging"): ahead of the trained weights while the learning rate is high, level once a cosine schedule
+decay 0.999 the average spans ~1,000 steps, two Flickr8k epochs. Measured there (docs/experiments/
+flickr8k.md, "Weight averaging"): ahead of the trained weights while the learning rate is high, level once a cosine schedule
 has ended, so it serves runs stopped early.
 
 Only the network's trainable parameters are averaged (a tied matrix once, written under each of its
