@@ -6,6 +6,20 @@ import torch
 
 from helpers import reinforce_layer as reinforce
 
+# p 1 -> 0 and λ_H 0.01 -> 0 over anneal_steps batches (each test sets its own window)
+CURRICULUM = dict(semi_sampling_p=1.0, semi_sampling_final=0.0, entropy_weight=0.01, entropy_weight_final=0.0)
+
+
+def over_batches(layer, batches: int) -> tuple[list[float], list[float], list[bool]]:
+    """The soft-batch probability, λ_H and the coin (True: sampled) of each of ``batches`` training batches."""
+    probabilities, weights, coins = [], [], []
+    for _ in range(batches):
+        layer.start_training_batch()
+        probabilities.append(layer.soft_batch_probability)
+        weights.append(layer.entropy_weight)
+        coins.append(layer.sample_this_batch)
+    return probabilities, weights, coins
+
 
 def test_semi_sampling_coin_is_per_batch_and_selects_soft_or_hard_context():
     torch.manual_seed(0)
@@ -58,19 +72,8 @@ def test_negative_final_entropy_weight_ends_the_curriculum_with_a_penalty_that_s
 
 
 def test_entropy_anneal_start_holds_the_bonus_then_fades_it_while_the_curriculum_keeps_its_own_window():
-    layer = reinforce(
-        semi_sampling_p=1.0,
-        semi_sampling_final=0.0,
-        entropy_weight=0.01,
-        entropy_weight_final=0.0,
-        anneal_steps=2,
-        entropy_anneal_start=3,
-    )
-    probabilities, weights = [], []
-    for _ in range(7):
-        layer.start_training_batch()
-        probabilities.append(layer.soft_batch_probability)
-        weights.append(layer.entropy_weight)
+    layer = reinforce(**CURRICULUM, anneal_steps=2, entropy_anneal_start=3)
+    probabilities, weights, _ = over_batches(layer, 7)
     assert probabilities == pytest.approx([1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0])  # batches 1-3: the curriculum
     assert weights == pytest.approx(
         [0.01, 0.01, 0.01, 0.01, 0.005, 0.0, 0.0]
@@ -85,20 +88,9 @@ def test_entropy_anneal_start_holds_the_bonus_then_fades_it_while_the_curriculum
 
 
 def test_soft_to_hard_curriculum_anneals_per_training_batch_and_is_checkpointed():
-    schedule = dict(
-        semi_sampling_p=1.0,
-        semi_sampling_final=0.0,
-        entropy_weight=0.01,
-        entropy_weight_final=0.0,
-        anneal_steps=4,
-    )
+    schedule = dict(CURRICULUM, anneal_steps=4)
     layer = reinforce(**schedule)
-    probabilities, weights, coins = [], [], []
-    for _ in range(6):
-        layer.start_training_batch()
-        probabilities.append(layer.soft_batch_probability)
-        weights.append(layer.entropy_weight)
-        coins.append(layer.sample_this_batch)
+    probabilities, weights, coins = over_batches(layer, 6)
     assert probabilities == pytest.approx([1.0, 0.75, 0.5, 0.25, 0.0, 0.0])  # batch 1 at the start value
     assert weights == pytest.approx([0.01, 0.0075, 0.005, 0.0025, 0.0, 0.0])
     assert coins[0] is False and coins[-2:] == [True, True]  # p = 1: soft for sure; p = 0: sampled for sure
