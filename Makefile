@@ -26,7 +26,7 @@ browser:  ## Debian's Chromium, for the demo page's browser test (installed with
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	  else echo "warning: chromium is missing and this is not root: the browser test will be skipped"; fi; }
 
-train: $(STAMP)  ## train soft attention on synthetic scenes (~5 min, 2 CPUs), then caption a new image
+train: $(STAMP)  ## train hard (Gumbel) attention on synthetic scenes (~5 min, 2 CPUs), then caption a new image
 	$(PY) scripts/train_and_caption.py
 
 test: $(STAMP) browser  ## lint, then the whole test suite (slow tests included; Chromium for the demo test)

@@ -104,6 +104,18 @@ def test_small_cnn_centred_cells_see_around_their_own_block(k: int) -> None:
     assert (x, y, width) == (57.5, 41.5, 12 + 8 * (k - 1))
 
 
+def test_small_cnn_stride_4_gives_a_24x24_map_of_4px_cells() -> None:
+    enc = SmallCNN(grid_size=24, stride=4)
+    assert enc.body(torch.randn(1, 3, 96, 96)).shape[-2:] == (24, 24)
+    # Cell (11, 13) covers pixels x 52..55, y 44..47; the 3x3/1 layer centres it on its own 4-px patch
+    # (centre 53.5, 45.5) and the receptive field is 4 + 4·2 + 4·(k − 1) = 20 px for k = 3.
+    assert _receptive_field(enc, 11, 13) == (53.5, 45.5, 20)
+    with pytest.raises(ValueError, match="stride must be 4 or 8"):
+        SmallCNN(stride=2)
+    with pytest.raises(ValueError, match="centred=true"):
+        SmallCNN(stride=4, centred=True)
+
+
 def test_small_cnn_backward_gives_finite_nonzero_grads() -> None:
     torch.manual_seed(0)
     enc = SmallCNN()

@@ -133,6 +133,24 @@ def test_resuming_with_another_vocabulary_or_model_is_refused(tmp_path: Path) ->
         check_resume_matches(path, module.vocab.to_dict(), wider.net_config)
 
 
+def test_an_option_added_after_the_checkpoint_resumes_at_its_default_only(tmp_path: Path) -> None:
+    """A checkpoint written before SmallCNN had ``stride`` (its config lacks the key) is this run's when
+    the run leaves stride at SmallCNN's default, 8, and not when it asks for 4."""
+    module = build_module(["a", "red", "circle"])
+    old = checkpoint_dict(module)
+    config = OmegaConf.create(old[CHECKPOINT_KEY]["net_config"])
+    assert config.encoder.stride == 8
+    del config.encoder["stride"]
+    old[CHECKPOINT_KEY]["net_config"] = OmegaConf.to_yaml(config)
+    path = tmp_path / "old.ckpt"
+    torch.save(old, path)
+    check_resume_matches(path, module.vocab.to_dict(), module.net_config)  # accepted
+    finer = build_module(["a", "red", "circle"], ["model.encoder.stride=4", "model.encoder.grid_size=24"])
+    with pytest.raises(ResumeError) as info:
+        check_resume_matches(path, module.vocab.to_dict(), finer.net_config)
+    assert "encoder.grid_size: 3 -> 24; encoder.stride: 8 -> 4" in str(info.value)
+
+
 # ----------------------------------------------------------------------- resume: SIGKILL mid-epoch
 
 

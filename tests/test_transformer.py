@@ -134,7 +134,9 @@ def test_a_later_token_never_changes_earlier_logits(alibi):
         assert (a[:, 1:] - plain[:, 1:]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("options", [{}, {"memory_layers": 1}, {"alibi": True}])
+@pytest.mark.parametrize(
+    "options", [{}, {"memory_layers": 1}, {"alibi": True}, {"alibi": True, "token_positions": False}]
+)
 @pytest.mark.parametrize("masked", [False, True])
 def test_cached_steps_equal_full_recomputation_at_every_step(masked, options):
     cached = decoder(use_cache=True, **options)
@@ -157,6 +159,17 @@ def test_cached_steps_equal_full_recomputation_at_every_step(masked, options):
             torch.testing.assert_close(l_cache, teacher.logits[:, t], atol=1e-5, rtol=1e-5)
             assert s_cache["self_k0"].shape == (3, 4, t + 1, 4)  # the cache grew by one position
             assert torch.all(a_cache[~mask] == 0)  # masked locations get no attention
+
+
+def test_without_token_positions_the_embedding_is_the_scaled_token_vector_alone():
+    with_pe, without = decoder(), decoder(token_positions=False)
+    tokens = torch.tensor([[1, 5, 5, 5]])
+    e = without.embed(tokens)  # (1, 4, D): eval mode, no dropout
+    torch.testing.assert_close(e, without.embedding(tokens) * math.sqrt(16))
+    assert torch.equal(e[0, 1], e[0, 3])  # the same word at two places: one vector
+    # with the sinusoids the same word differs by exactly P1d(3) - P1d(1)
+    p = with_pe.embed(tokens) - e
+    torch.testing.assert_close(p[0], sinusoidal_1d(torch.arange(4), 16))
 
 
 def test_memory_layer_equals_torch_pre_ln_encoder_layer():

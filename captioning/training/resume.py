@@ -13,6 +13,7 @@ number of batches, drawn from a freshly shuffled loader (the sampler position is
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import read_checkpoint
 from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import vocabulary_difference
+from captioning.models.registry import MODEL_CLASSES, canonical_name
 
 LAST = "last"
 
@@ -77,9 +79,26 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: node}
 
 
+def _default_of(config: dict[str, Any], key: str) -> Any:
+    """The constructor default of the argument ``key`` names (``"encoder.stride"``: SmallCNN's ``stride``),
+    looked up through the closed registry by its node's ``_target_``; ``<absent>`` when there is none."""
+    node, _, name = key.rpartition(".")
+    target = canonical_name(str(config.get(f"{node}._target_" if node else "_target_", "")))
+    if target is None:
+        return "<absent>"
+    parameter = inspect.signature(MODEL_CLASSES[target]).parameters.get(name)
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return "<absent>"
+    return parameter.default
+
+
 def _config_differences(saved: str | dict | None, current: str) -> list[str]:
+    """The keys whose values differ. A key the saved config lacks matches when this run sets it to its
+    constructor default: an option added after the checkpoint was written, left as it was then."""
     as_dict = [OmegaConf.to_container(OmegaConf.create(c or {}), resolve=True) for c in (saved, current)]
     old, new = (_flatten(c) for c in as_dict)
+    for key in new.keys() - old.keys():
+        old[key] = _default_of(new, key)
     return [
         f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
         for k in sorted(old.keys() | new.keys())

@@ -2,7 +2,7 @@
 
 memory = LN(W_m a + P2d)                      the grid (B, L, D) in model width, with 2-D positions
 memory = LN(Enc(memory))  (memory_layers > 0)  optional pre-LN self-attention layers over the cells
-x_0    = √D · E y + P1d                       token embeddings with 1-D positions
+x_0    = √D · E y + P1d                       token embeddings with 1-D positions (``token_positions``)
 x     += SelfAttn(LN x)  (causal)             per layer (Xiong et al. 2020 pre-LN ordering);
                                               with ``alibi`` its scores get -m_h·(i - j) (Press et al. 2022)
 x     += CrossAttn(LN x, memory)
@@ -118,6 +118,7 @@ class TransformerDecoder(Decoder):
         memory_layers: int = 0,
         alibi: bool = False,
         alibi_base: float = 8.0,
+        token_positions: bool = True,
     ):
         """``embed_dim`` is the model width D, ``hidden_dim`` the feed-forward width. ``position_dim`` P:
         0 adds a D-wide 2-D sinusoid code to the projected grid (Vaswani/DETR style); P > 0 concatenates
@@ -128,7 +129,10 @@ class TransformerDecoder(Decoder):
         token j gets -m_h·(i - j), head h's slope m_h = 2^(-b·h/H) with b = ``alibi_base`` (Press et al.
         2022 use 8; smaller is more local), on top of the 1-D sinusoids, so some heads read mostly the
         current phrase ("a big red circle") and the query for its position word is not a mix of both
-        objects' words."""
+        objects' words. ``token_positions``: add the 1-D sinusoids to the token embeddings; False leaves
+        the tokens without absolute positions (with ``alibi``, as Press et al. use it: distance enters
+        only as the recency bias, so no word can be predicted from its index in the caption; without
+        it, the causal mask alone tells order, "NoPE", Kazemnejad et al. 2023)."""
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(
@@ -147,6 +151,7 @@ class TransformerDecoder(Decoder):
         self.vocab_size, self.feature_dim = vocab_size, feature_dim
         self.embed_dim, self.hidden_dim, self.num_heads = embed_dim, hidden_dim, num_heads
         self.use_cache, self.alibi, self.alibi_base = use_cache, alibi, alibi_base
+        self.token_positions = token_positions
         if alibi and alibi_base <= 0:
             raise ValueError(f"TransformerDecoder: alibi_base={alibi_base} must be positive")
         self.attention_layer, self.attention_head = attention_layer % num_layers, attention_head
@@ -196,8 +201,10 @@ class TransformerDecoder(Decoder):
 
     def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
         """Tokens (B, T) at positions start .. start+T-1 -> (B, T, D)."""
-        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
-        x = self.embedding(tokens) * math.sqrt(self.embed_dim) + sinusoidal_1d(positions, self.embed_dim)
+        x = self.embedding(tokens) * math.sqrt(self.embed_dim)  # (B, T, D)
+        if self.token_positions:
+            positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (T,)
+            x = x + sinusoidal_1d(positions, self.embed_dim)  # (B, T, D)
         return self.dropout(x)
 
     def _select(self, weights: Tensor) -> Tensor:
