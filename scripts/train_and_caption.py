@@ -31,22 +31,28 @@ BIN = Path(sys.executable).parent
 OUT = Path("outputs/make_train")
 
 
-def main() -> int:
-    env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+def training_overrides(extra: list[str]) -> list[str]:
+    """`captioning-train` overrides of the `make train` recipe, then ``extra`` (later ones win); the
+    hard Gumbel decoder unless ``extra`` chooses a decoder itself, so the printed command names one."""
     # 850 steps of batch 64 (~1.8 epochs of 6,000 scenes) with the cosine schedule annealed over them,
     # validated at steps 425 and 850 only (each validation decodes 300 scenes at 3 beams), capped at
     # 5 min 15 s of wall-clock: ~0.3-0.36 s a step on 2 idle cores. With 750 steps, 3 seeds named
     # 0.926-0.973 of new scenes' objects right (the shape words were still being learnt); 1,000 steps
     # need ~6 min on this machine (docs/experiments/synthetic_scenes.md).
-    chosen = any(arg.startswith(("model/decoder=", "+model/decoder=")) for arg in sys.argv[1:])
-    overrides = [
+    chosen = any(arg.startswith(("model/decoder=", "+model/decoder=")) for arg in extra)
+    return [
         *([] if chosen else ["model/decoder=hard_gumbel"]),
         "trainer.max_steps=850",
         "trainer.max_time=00:00:05:15",
         "trainer.val_check_interval=425",
         "trainer.check_val_every_n_epoch=null",  # count val_check_interval in global steps: 425, 850
-        *sys.argv[1:],
+        *extra,
     ]
+
+
+def main() -> int:
+    env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    overrides = training_overrides(sys.argv[1:])
     start = time.time()
     print(f"$ captioning-train {' '.join(overrides)}", flush=True)
     proc = subprocess.Popen(
