@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import torch
 
 from conftest import REPO
 from corpus import build_module
+from helpers import load_script
 
 sys.path.insert(0, str(REPO / "scripts"))  # the script imports its neighbour scene_accuracy
-SPEC = importlib.util.spec_from_file_location("ablate_words", REPO / "scripts" / "ablate_words.py")
-ablate = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(ablate)
+ablate = load_script("ablate_words")
 
 
 def _decoder(name: str):

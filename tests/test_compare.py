@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -13,10 +12,9 @@ import pytest
 from PIL import Image
 
 from conftest import DECODERS, REPO, TINY
+from helpers import load_script
 
-SPEC = importlib.util.spec_from_file_location("compare", REPO / "scripts" / "compare.py")
-compare = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(compare)
+compare = load_script("compare")
 
 # Two decoders that exist (hard attention and the transformer are written concurrently).
 PAIR = ["soft", next((d for d in ("hard_gumbel", "hard_reinforce", "transformer") if d in DECODERS), "soft")]

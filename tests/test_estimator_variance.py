@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch
 
-from conftest import REPO
 from corpus import build_module
+from helpers import load_script
 
-SPEC = importlib.util.spec_from_file_location(
-    "estimator_variance", REPO / "scripts" / "estimator_variance.py"
-)
-ev = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(ev)
+ev = load_script("estimator_variance")
 
 
 def reinforce_decoder() -> tuple:

@@ -45,14 +45,11 @@ def test_a_few_training_batches_on_flickr8k_with_the_pretrained_encoder(tmp_path
 
 def test_compare_runs_flickr8k_experiments_on_cached_features(tmp_path):
     """scripts/compare.py --experiments on the real images: features cached once, shared by both runs."""
-    import importlib.util
     import json
 
-    from conftest import REPO
+    from helpers import load_script
 
-    spec = importlib.util.spec_from_file_location("compare", REPO / "scripts" / "compare.py")
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
+    compare = load_script("compare")
     out, cache = tmp_path / "cmp", tmp_path / "cache"
     argv = [
         "--experiments", "flickr8k_soft,flickr8k_hard_gumbel", "--seeds", "0", "--allow-few-seeds",

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from conftest import REPO, compose_train
+from conftest import compose_train
+from helpers import load_script
 
-SPEC = importlib.util.spec_from_file_location("train_and_caption", REPO / "scripts" / "train_and_caption.py")
-make_train = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(make_train)
+make_train = load_script("train_and_caption")
 
 
 def test_the_default_recipe_is_hard_gumbel_attention_for_850_steps():
