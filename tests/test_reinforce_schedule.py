@@ -106,3 +106,18 @@ def test_soft_to_hard_curriculum_anneals_per_training_batch_and_is_checkpointed(
     for _ in range(3):
         constant.start_training_batch()
     assert constant.soft_batch_probability == 0.3 and constant.entropy_weight == constant.entropy_weight_start
+
+
+def test_the_default_bonus_holds_through_the_comparison_recipe_and_fades_before_a_full_run_ends():
+    from hydra.utils import instantiate
+
+    from conftest import compose_train
+
+    cfg = compose_train(["model/decoder=hard_reinforce"]).model.decoder.attention
+    layer = instantiate(cfg)(feature_dim=8, query_dim=8)  # _partial_: the decoder supplies the sizes
+    _, weights, _ = over_batches(layer, 1500)
+    assert set(weights[:1001]) == {0.002}  # batches 1-1,001: the 1,000-step recipe sees a constant λ_H
+    assert weights[1225] == pytest.approx(0.001, abs=1e-5)  # half-way through the 450-batch fade
+    assert weights[1450:] == [0.0] * 50  # gone by batch 1,451, well before an 8-epoch run's 3,752
+    flickr = compose_train(["experiment=flickr8k_hard_reinforce"]).model.decoder.attention
+    assert flickr.entropy_weight_final is None  # the zoo's recipe keeps its constant bonus

@@ -92,6 +92,7 @@ class ImageDataset(Dataset):
             "image_ids": src.image_id(i),
             "references": list(src.captions(i)),
             "indices": i,
+            "scenes": src.scene(i),  # None for photos
         }
 
 
@@ -104,6 +105,7 @@ def collate(items: list[dict]) -> dict:
     if "references" in items[0]:
         batch["references"] = [it["references"] for it in items]
         batch["indices"] = torch.tensor([it["indices"] for it in items])
+        batch["scenes"] = [it.get("scenes") for it in items]
     return batch
 
 

@@ -7,8 +7,9 @@ module builds the vocabulary and the train/val datasets on top of any of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -32,6 +33,12 @@ class CaptionSource:
 
     def image_id(self, i: int) -> int | str:
         raise NotImplementedError
+
+    def scene(self, i: int) -> dict[str, Any] | None:
+        """What image i shows, where the source knows it (synthetic scenes; validation scores it with
+        captioning.metrics.scenes): ``{"image_size": (W, H), "objects": [{"shape", "color", "size",
+        "position", "box"}, ...]}``, plain data that a batch can carry; ``None`` for photos."""
+        return None
 
 
 class SyntheticSource(CaptionSource):
@@ -74,6 +81,11 @@ class SyntheticSource(CaptionSource):
 
     def objects(self, i: int) -> tuple[SceneObject, ...]:
         return self.scenes[i].objects
+
+    def scene(self, i: int) -> dict[str, Any]:
+        scene = self.scenes[i]
+        height, width = scene.image.shape[:2]  # boxes are in pixels of this canvas
+        return {"image_size": (width, height), "objects": [asdict(o) for o in scene.objects]}
 
 
 class RecordSource(CaptionSource):

@@ -35,9 +35,10 @@ from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.decoding.captions import check_finite
 from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
-from captioning.metrics.grounding import GroundingSample, grounding_accuracy
+from captioning.metrics.grounding import grounding_accuracy
 from captioning.metrics.objects import describe_misplaced, object_accuracy
 from captioning.metrics.report import format_report
+from captioning.metrics.scenes import grounding_samples
 
 SPLITS = ("train", "val", "test")
 
@@ -139,18 +140,13 @@ def decode_source(
 
 def synthetic_grounding(decoded: Decoded, source: SyntheticSource) -> dict[str, float | int]:
     """Attention grounding of the decoded captions against the scenes' object boxes."""
-    samples = [
-        GroundingSample(
-            tokens=decoded.tokens[k],
-            attention=decoded.attention[k],
-            grid=decoded.grid,
-            image_size=source.image(i).size,  # boxes are in pixels of the original canvas; (W, H)
-            objects=[
-                {"shape": o.shape, "color": o.color, "size": o.size, "box": o.box} for o in source.objects(i)
-            ],
-        )
-        for k, i in enumerate(decoded.indices)
-    ]
+    samples = grounding_samples(
+        decoded.tokens,
+        decoded.attention,
+        decoded.grid,
+        [source.image(i).size for i in decoded.indices],  # boxes are in pixels of the original canvas; (W, H)
+        [source.objects(i) for i in decoded.indices],
+    )
     return grounding_accuracy(samples)
 
 

@@ -1,7 +1,9 @@
 """CaptionLitModule: a thin LightningModule around an injected CaptionModel.
 
 One shared step computes the loss for train and val; validation also decodes every image and scores
-the captions of the *whole* split at epoch end (gathered across DDP ranks, scored once).
+the captions of the *whole* split at epoch end (gathered across DDP ranks, scored once): the toolkit's
+metrics, and on synthetic scenes, where ``val_metrics`` names them, the scene scores
+(captioning.metrics.scenes: objects named right, attention grounding, their product).
 The module never branches on the decoder type: decoders return what their loss needs.
 """
 
@@ -23,6 +25,8 @@ from captioning.data.vocab import Vocab
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.losses import caption_loss
 from captioning.metrics.coco import score_captions
+from captioning.metrics.names import METRICS, SCENE_METRICS
+from captioning.metrics.scenes import scene_scores
 from captioning.models.captioner import CaptionModel
 from captioning.models.decoders.base import Decoder, shift_inputs
 
@@ -59,13 +63,19 @@ class CaptionLitModule(pl.LightningModule):
         self.net_config = net_config
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.val_metrics = tuple(val_metrics)
+        unknown = [m for m in self.val_metrics if m not in METRICS and m not in SCENE_METRICS]
+        if unknown:
+            raise ValueError(f"val_metrics {unknown}: expected names from {METRICS + SCENE_METRICS}")
+        self.toolkit_metrics = tuple(m for m in self.val_metrics if m in METRICS)
+        self.scene_metrics = tuple(m for m in self.val_metrics if m in SCENE_METRICS)
         self.image_size = image_size  # saved so `captioning caption` resizes images as in training
         if compile:
             net.decoder.compile_step()  # torch.compile of the per-token step (see scripts/bench.py)
         self.save_hyperparameters(
             ignore=["encoder", "decoder", "optimizer", "scheduler", "vocab", "net_config"]
         )
-        self._generated: list[tuple[Any, str, list[str]]] = []
+        # (image_id, caption, references, scene item or None) of every decoded val/test image
+        self._generated: list[tuple[Any, str, list[str], Any]] = []
 
     # -- starting weights ---------------------------------------------------------------------------
     def on_fit_start(self) -> None:
@@ -125,12 +135,21 @@ class CaptionLitModule(pl.LightningModule):
         return self.shared_step(batch, "train")
 
     def eval_step(self, batch: dict, stage: str) -> None:
-        """Loss on the references, and the decoded caption of every image for the whole-split scores."""
+        """Loss on the references, and the decoded caption of every image for the whole-split scores
+        (with its words, attention and scene where scene scores are asked for)."""
         self.shared_step(batch, stage)
-        for image_id, caption, refs in zip(
-            batch["image_ids"], self.caption(batch["images"]), batch["references"]
-        ):
-            self._generated.append((image_id, caption, refs))
+        decoded = decode_captions(self.net, self.vocab, batch["images"], **self.decoding)
+        scenes = batch.get("scenes") or [None] * len(decoded)
+        if self.scene_metrics and any(scene is None for scene in scenes):
+            raise ValueError(
+                f"model.val_metrics names {list(self.scene_metrics)}, which score synthetic scenes, but the "
+                f"{stage} images (e.g. {batch['image_ids'][0]!r}) are not scenes; drop them from val_metrics"
+            )
+        for image_id, caption, refs, scene in zip(batch["image_ids"], decoded, batch["references"], scenes):
+            item = None
+            if self.scene_metrics:  # only what the scores need: the words, (T, L) maps, the frame and objects
+                item = (caption.words, caption.attention.numpy(), scene["image_size"], scene["objects"])
+            self._generated.append((image_id, " ".join(caption.words), refs, item))
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self.eval_step(batch, "val")
@@ -139,32 +158,38 @@ class CaptionLitModule(pl.LightningModule):
         self.eval_step(batch, "test")
 
     # -- decoding and scoring ----------------------------------------------------------------------------
-    @torch.no_grad()
-    def caption(self, images: Tensor) -> list[str]:
-        return [" ".join(c.words) for c in decode_captions(self.net, self.vocab, images, **self.decoding)]
-
     def _score_generated(self, stage: str) -> None:
         generated = self._gather(self._generated)
         self._generated = []
         if not generated:
             return
-        hyps = {image_id: caption for image_id, caption, _ in generated}
-        refs = {image_id: refs for image_id, _, refs in generated}
-        scores = score_captions(refs, hyps, metrics=self.val_metrics, tokenizer="simple")
+        hyps = {image_id: caption for image_id, caption, _, _ in generated}
+        refs = {image_id: refs for image_id, _, refs, _ in generated}
+        scores = {}
+        if self.toolkit_metrics:
+            scores = score_captions(refs, hyps, metrics=self.toolkit_metrics, tokenizer="simple")
+        if self.scene_metrics:
+            words, maps, sizes, scenes = zip(*(item for *_, item in generated))
+            grid = (self.net.grid_size, self.net.grid_size)
+            scores |= {
+                k: v
+                for k, v in scene_scores(words, maps, grid, sizes, scenes).items()
+                if k in self.scene_metrics
+            }
         for name, value in scores.items():
             # Every rank holds the same globally computed value, so the sync's mean is that value.
             self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr"), sync_dist=True)
 
     def _gather(self, items: list) -> list:
-        """All ranks' (image_id, caption, refs), deduplicated by image (DistributedSampler pads)."""
+        """All ranks' (image_id, caption, refs, scene item), deduplicated by image (DistributedSampler pads)."""
         if self.trainer is None or self.trainer.world_size == 1 or not torch.distributed.is_initialized():
             return items
         per_rank: list[list] = [None] * self.trainer.world_size  # type: ignore[list-item]
         torch.distributed.all_gather_object(per_rank, items)
         merged = {}
         for rank_items in per_rank:
-            for image_id, caption, refs in rank_items:
-                merged.setdefault(image_id, (image_id, caption, refs))
+            for item in rank_items:
+                merged.setdefault(item[0], item)
         return sorted(merged.values(), key=lambda item: str(item[0]))
 
     def on_validation_epoch_end(self) -> None:

@@ -17,9 +17,11 @@ from omegaconf import DictConfig, OmegaConf
 from captioning.data.files import folder_problem
 from captioning.data.vocab import SPECIALS
 from captioning.decoding.config import GenerationConfig
-from captioning.metrics.names import METRICS
+from captioning.metrics.names import METRICS, SCENE_METRICS
 from captioning.models.registry import bad_sizes
 from captioning.training.typecheck import type_problems
+
+SYNTHETIC_SOURCE = "captioning.data.sources.SyntheticSource"  # the one source with scenes (val scores)
 
 # What conf/train.yaml composes at the top; anything else (`+foo=1`) would be silently ignored.
 TOP_LEVEL_KEYS = frozenset(
@@ -168,17 +170,27 @@ def check_config(cfg: DictConfig) -> None:
         problems.append(str(err))
     raw_metrics = _get(cfg, "model.val_metrics")
     metrics = [] if isinstance(raw_metrics, str) else list(raw_metrics or [])  # "CIDEr" is no list
-    unknown = [m for m in metrics if m not in METRICS]
+    unknown = [m for m in metrics if m not in METRICS and m not in SCENE_METRICS]
     if unknown or not metrics:
         shown = raw_metrics if isinstance(raw_metrics, str) else metrics
         problems.append(
-            f"model.val_metrics={shown!r}: expected a non-empty list of {', '.join(METRICS)}, e.g. [CIDEr]"
+            f"model.val_metrics={shown!r}: expected a non-empty list of {', '.join(METRICS)} (on synthetic "
+            f"scenes also {', '.join(SCENE_METRICS)}), e.g. [CIDEr]"
+        )
+    val_source = _get(cfg, "data.val._target_")
+    scene_named = [m for m in metrics if m in SCENE_METRICS]
+    if scene_named and val_source is not None and val_source != SYNTHETIC_SOURCE:
+        problems.append(
+            f"model.val_metrics names {scene_named}, which score synthetic scenes, but data.val is "
+            f"{val_source}; expected {SYNTHETIC_SOURCE} or val_metrics without them"
         )
     logged = sorted({f"val/{m}" for m in metrics} | {"val/loss", "val/xent"})
     for name, node in (cfg.get("callbacks") or {}).items():
         monitor = node.get("monitor") if isinstance(node, DictConfig) else None
         if monitor is not None and monitor not in logged:
-            known = sorted({f"val/{m}" for m in metrics if m in METRICS} | {"val/loss", "val/xent"})
+            known = sorted(
+                {f"val/{m}" for m in metrics if m in METRICS or m in SCENE_METRICS} | {"val/loss", "val/xent"}
+            )
             problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(known)}")
     problems += _unknown_keys(cfg, TOP_LEVEL_KEYS)
     check_every = _get(cfg, "trainer.check_val_every_n_epoch")

@@ -1,6 +1,6 @@
 """WandbRunSummary: what a W&B run page should say at a glance, which Lightning does not log.
 
-* the **best** value of the checkpoint callback's monitored metric (``best/val/CIDEr``, and the metric's
+* the **best** value of the checkpoint callback's monitored metric (``best/val/CIDEr``; ``best/val/scene_score`` on synthetic scenes; and the metric's
   own summary set to its max/min by ``define_metric``), where W&B would otherwise show the last value;
 * the parameter counts (``params/total``, ``params/trainable``) in the summary and the config;
 * W&B's artifact staging folder (``WANDB_DATA_DIR``, unless the user set it) inside the run's output
