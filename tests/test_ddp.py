@@ -43,6 +43,7 @@ RUN = [
     *TINY,
     f"data.val.num_images={VAL_IMAGES}",
     f"model.val_metrics=[{','.join(METRICS)}]",
+    "callbacks.model_checkpoint.monitor=val/CIDEr",  # the scenes' val/scene_score is not among METRICS
     "logger=csv",
     "trainer.max_epochs=1",
     "+trainer.limit_train_batches=2",
