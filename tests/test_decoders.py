@@ -123,6 +123,30 @@ def test_transformer_memory_reads_the_grid_with_a_2d_position_code(position_dim)
         assert_step_matches_forward(dec, features, tokens, dec(features, tokens))
 
 
+def test_transformer_learned_positions_are_row_plus_column_embeddings_and_refuse_larger_grids():
+    net = build_net("transformer", V, extra=["model.decoder.learned_positions=6"]).eval()
+    dec = net.decoder
+    features, tokens = random_batch(net, batch=2, steps=5, vocab_size=V)
+    side = int(features.shape[1] ** 0.5)
+    r, c = 1, side - 1  # the cell in row 1, last column: index r * side + c of the row-major grid
+    code = dec.row_positions.weight[r] + dec.col_positions.weight[c]  # (D,)
+    torch.testing.assert_close(dec.grid_positions(side, features.device)[r * side + c], code)
+    expected = dec.memory_norm(dec.memory_proj(features) + dec.grid_positions(side, features.device))
+    torch.testing.assert_close(dec.encode_memory(features), expected)
+    inputs, targets = shift_inputs(tokens)
+    caption_loss(dec(features, inputs), targets, dec).loss.backward()
+    assert dec.row_positions.weight.grad[:side].abs().sum() > 0  # learned: the loss reaches them
+    assert dec.row_positions.weight.grad[side:].abs().sum() == 0  # rows the grid does not have
+    with torch.no_grad():
+        assert_step_matches_forward(dec, features, tokens, dec(features, tokens))
+    with pytest.raises(ValueError, match=r"a 7x7 grid, but learned_positions=6"):
+        dec.encode_memory(torch.randn(1, 49, dec.feature_dim))
+    with pytest.raises(Exception, match="needs position_dim=0"):  # Hydra wraps the ValueError
+        build_net(
+            "transformer", V, extra=["model.decoder.learned_positions=6", "model.decoder.position_dim=32"]
+        )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("decoder", ["soft", "transformer"])
 def test_compiled_step_computes_the_same_gradients_and_captions(decoder):

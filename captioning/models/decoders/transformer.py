@@ -119,6 +119,7 @@ class TransformerDecoder(Decoder):
         alibi: bool = False,
         alibi_base: float = 8.0,
         token_positions: bool = True,
+        learned_positions: int = 0,
     ):
         """``embed_dim`` is the model width D, ``hidden_dim`` the feed-forward width. ``position_dim`` P:
         0 adds a D-wide 2-D sinusoid code to the projected grid (Vaswani/DETR style); P > 0 concatenates
@@ -132,7 +133,11 @@ class TransformerDecoder(Decoder):
         objects' words. ``token_positions``: add the 1-D sinusoids to the token embeddings; False leaves
         the tokens without absolute positions (with ``alibi``, as Press et al. use it: distance enters
         only as the recency bias, so no word can be predicted from its index in the caption; without
-        it, the causal mask alone tells order, "NoPE", Kazemnejad et al. 2023)."""
+        it, the causal mask alone tells order, "NoPE", Kazemnejad et al. 2023). ``learned_positions`` G > 0:
+        learned row and column embeddings (G rows, G columns, D wide each; grids up to G x G) summed into
+        the cell's position code in place of the 2-D sinusoid (the learned variant of DETR / ViT), so the
+        code of "top left" is whatever the captions need rather than a fixed sinusoid, most of whose
+        low frequencies barely change over a 12-cell side."""
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(
@@ -162,6 +167,17 @@ class TransformerDecoder(Decoder):
                 f"TransformerDecoder: position_dim={position_dim} must be 0 or a positive multiple of 4"
             )
         self.position_dim = position_dim
+        if learned_positions < 0 or (learned_positions and position_dim):
+            raise ValueError(
+                f"TransformerDecoder: learned_positions={learned_positions} must be 0 or a grid side > 0, and "
+                f"needs position_dim=0 (got {position_dim}): the learned code replaces the sinusoid"
+            )
+        self.learned_positions = learned_positions
+        if learned_positions:
+            self.row_positions = nn.Embedding(learned_positions, embed_dim)  # (G, D)
+            self.col_positions = nn.Embedding(learned_positions, embed_dim)  # (G, D)
+            for table in (self.row_positions, self.col_positions):
+                nn.init.normal_(table.weight, std=0.5)  # sum ~ the unit scale of the sinusoid it replaces
         self.memory_proj = nn.Linear(feature_dim + position_dim, embed_dim)
         self.memory_norm = nn.LayerNorm(embed_dim)
         if memory_layers < 0:
@@ -193,11 +209,25 @@ class TransformerDecoder(Decoder):
             grid = torch.cat([features, pos.expand(features.shape[0], -1, -1)], dim=-1)  # (B, L, F + P)
             memory = self.memory_norm(self.memory_proj(grid))  # (B, L, D)
         else:
-            pos = sinusoidal_2d(side, side, self.embed_dim, features.device)  # (L, D)
+            pos = self.grid_positions(side, features.device)  # (L, D)
             memory = self.memory_norm(self.memory_proj(features) + pos)  # (B, L, D)
         for layer in self.memory_layers:
             memory = layer(memory, mask)  # (B, L, D)
         return self.memory_final_norm(memory)
+
+    def grid_positions(self, side: int, device: torch.device) -> Tensor:
+        """The D-wide position code of every cell of a side x side grid, row-major -> (L, D)."""
+        if not self.learned_positions:
+            return sinusoidal_2d(side, side, self.embed_dim, device)  # (L, D)
+        if side > self.learned_positions:
+            raise ValueError(
+                f"TransformerDecoder: a {side}x{side} grid, but learned_positions={self.learned_positions} "
+                "covers grids up to that side; train with learned_positions >= the encoder's grid_size"
+            )
+        index = torch.arange(side, device=device)  # (side,)
+        rows = self.row_positions(index).unsqueeze(1)  # (side, 1, D)
+        cols = self.col_positions(index).unsqueeze(0)  # (1, side, D)
+        return (rows + cols).reshape(side * side, -1)  # (side, side, D) -> (L, D), row-major
 
     def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
         """Tokens (B, T) at positions start .. start+T-1 -> (B, T, D)."""
