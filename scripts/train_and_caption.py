@@ -36,9 +36,10 @@ def training_overrides(extra: list[str]) -> list[str]:
     hard Gumbel decoder unless ``extra`` chooses a decoder itself, so the printed command names one."""
     # 850 steps of batch 64 (~1.8 epochs of 6,000 scenes) with the cosine schedule annealed over them,
     # validated at steps 425 and 850 only (each validation decodes 300 scenes at 3 beams), capped at
-    # 5 min 15 s of wall-clock: ~0.3-0.36 s a step on 2 idle cores. With 750 steps, 3 seeds named
-    # 0.926-0.973 of new scenes' objects right (the shape words were still being learnt); 1,000 steps
-    # need ~6 min on this machine (docs/experiments/synthetic_scenes.md).
+    # 5 min 15 s of wall-clock: ~0.3-0.39 s a step on 2 idle cores (on a slower day the cap stopped it
+    # at step 788, validated there). With 750 steps, 3 seeds named 0.926-0.973 of new scenes' objects
+    # right (the shape words were still being learnt); 1,000 steps need ~6 min on this machine
+    # (docs/experiments/synthetic_scenes.md).
     chosen = any(arg.startswith(("model/decoder=", "+model/decoder=")) for arg in extra)
     return [
         *([] if chosen else ["model/decoder=hard_gumbel"]),

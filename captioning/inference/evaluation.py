@@ -140,13 +140,9 @@ def decode_source(
 
 def synthetic_grounding(decoded: Decoded, source: SyntheticSource) -> dict[str, float | int]:
     """Attention grounding of the decoded captions against the scenes' object boxes."""
-    samples = grounding_samples(
-        decoded.tokens,
-        decoded.attention,
-        decoded.grid,
-        [source.image(i).size for i in decoded.indices],  # boxes are in pixels of the original canvas; (W, H)
-        [source.objects(i) for i in decoded.indices],
-    )
+    scenes = [source.scene(i) for i in decoded.indices]  # boxes are in pixels of each scene's canvas
+    sizes, objects = [s["image_size"] for s in scenes], [s["objects"] for s in scenes]
+    samples = grounding_samples(decoded.tokens, decoded.attention, decoded.grid, sizes, objects)
     return grounding_accuracy(samples)
 
 

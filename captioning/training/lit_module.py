@@ -139,7 +139,7 @@ class CaptionLitModule(pl.LightningModule):
         (with its words, attention and scene where scene scores are asked for)."""
         self.shared_step(batch, stage)
         decoded = decode_captions(self.net, self.vocab, batch["images"], **self.decoding)
-        scenes = batch.get("scenes") or [None] * len(decoded)
+        scenes = batch["scenes"]  # None per photo (captioning.data.datamodule.collate)
         if self.scene_metrics and any(scene is None for scene in scenes):
             raise ValueError(
                 f"model.val_metrics names {list(self.scene_metrics)}, which score synthetic scenes, but the "
