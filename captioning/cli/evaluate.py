@@ -1,4 +1,4 @@
-"""``captioning evaluate --checkpoint CKPT [--checkpoint CKPT ...] [--out-dir DIR] [data=flickr8k] [split=test] [decoding.num_beams=5] ...``
+"""``captioning evaluate --checkpoint CKPT [--checkpoint CKPT ...] [--out-dir DIR] [data=flickr8k] [split=test] [decoding.num_beams=5] [rerank=consensus] ...``
 
 Decodes a split with a trained checkpoint, writes the COCO results file and a scores JSON, and prints
 BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (0-1 scale) with the decoding settings, SPICE
@@ -52,6 +52,7 @@ def default_out_dir(checkpoints: list[Path], data: str, split: str, num_beams: i
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so `captioning caption` and `captioning score` do not pay for Hydra composition.
+    import hydra
     from omegaconf import OmegaConf
 
     from captioning.errors import one_line, user_errors
@@ -76,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         resolve_device(cfg.device)  # a bad device= is one line naming it, before any work
         data_name = choices["data"]
         source = build_source(cfg.data, cfg.split)
+        rerank = hydra.utils.instantiate(cfg.rerank) if cfg.get("rerank") is not None else None
+        memory_source = build_source(cfg.data, "train") if rerank is not None else None  # whose captions vote
         evaluation = evaluate_checkpoint(
             args.checkpoint,  # a list: one path, or several for their ensemble
             source,
@@ -85,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
             batch_size=cfg.batch_size,
             cache_dir=cfg.paths.cache if cfg.feature_cache else None,
             device=cfg.device,
+            rerank=rerank,
+            memory_source=memory_source,
         )
     except (*user_errors(), ValueError, RuntimeError) as err:  # e.g. a decoding value a check refused
         print(f"captioning evaluate: error: {one_line(err)}", file=sys.stderr)

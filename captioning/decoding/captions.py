@@ -11,7 +11,7 @@ from torch import Tensor
 
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
-from captioning.decoding.search import generate
+from captioning.decoding.search import Generated, generate
 
 
 @dataclass
@@ -52,7 +52,13 @@ def decode_captions(
     """Encode ``inputs`` (B, 3, S, S) images or (B, L, D) cached grids with ``net`` (a CaptionModel),
     ``generate``, and turn every row into words. Returns B·N captions (N = num_return_sequences, an
     image's adjacent, best first)."""
-    out = generate(net.decoder, net.encode(inputs), config, generator=generator, **options)
+    return to_captions(
+        generate(net.decoder, net.encode(inputs), config, generator=generator, **options), vocab
+    )
+
+
+def to_captions(out: Generated, vocab: Vocab) -> list[DecodedCaption]:
+    """Every row of ``generate``'s output as words with their attention, in the same order."""
     decoded = []
     for row in range(out.tokens.shape[0]):
         words = vocab.decode(out.tokens[row].tolist())

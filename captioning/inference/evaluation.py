@@ -15,7 +15,7 @@ grounding (captioning.metrics.grounding) is computed from the same decoded capti
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.decoding.captions import check_finite
+from captioning.inference.consensus import ConsensusReranker, RerankConfig
+from captioning.inference.memory import CaptionMemory
 from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
 from captioning.metrics.grounding import grounding_accuracy
 from captioning.metrics.objects import describe_misplaced, object_accuracy
@@ -70,6 +72,7 @@ class Evaluation:
     grounding: dict[str, float | int] | None  # synthetic scenes only
     objects: dict[str, Any] | None = None  # synthetic scenes only: captioning.metrics.objects
     params: dict[str, int] = field(default_factory=dict)  # {"total", "trainable"} of the network
+    rerank: dict[str, Any] | None = None  # the consensus reranking's settings, if captions were reranked
 
     def to_dict(self) -> dict[str, Any]:
         """The scores JSON: everything but the captions (those are in the results file)."""
@@ -77,6 +80,7 @@ class Evaluation:
             "checkpoint": self.checkpoint,
             "data": self.data,
             "decoding": self.decoding,
+            "rerank": self.rerank,
             **self.report.to_dict(),
             "grounding": self.grounding,
             "objects": self.objects,
@@ -107,13 +111,11 @@ def decode_source(
     decoding: dict[str, Any],
     batch_size: int = 50,
     feature_cache: FeatureCache | None = None,
+    reranker: ConsensusReranker | None = None,
 ) -> Decoded:
-    """Caption every image of ``source`` with ``generate(**decoding)``; features come from the cache if given."""
-    inputs = (
-        feature_cache.features(source, model.image_size)
-        if feature_cache is not None
-        else ImageLoader(source, model.image_size)
-    )
+    """Caption every image of ``source`` with ``generate(**decoding)``; features come from the cache if given.
+    With a ``reranker``, each image's caption is the one it chooses among the decoders' candidates."""
+    inputs = model_inputs(model, source, feature_cache)
     device = next(model.net.parameters()).device
     decoded = Decoded([], [], [], [], (model.net.grid_size, model.net.grid_size))
     for start in range(0, len(source), batch_size):
@@ -127,7 +129,15 @@ def decode_source(
         if not rows:
             continue
         batch = torch.stack(rows).to(device)  # (B, 3, S, S) or (B, L, D)
-        captions = decode_captions(model.net, model.vocab, batch, **decoding)
+        if reranker is None:
+            captions = decode_captions(model.net, model.vocab, batch, **decoding)
+        else:
+            grids = model.net.encode(batch)  # (B, L, D)
+            options = reranker.candidates(
+                model.net.decoder, grids, model.vocab, GenerationConfig.from_dict(decoding)
+            )
+            check_finite([c for image in options for c in image], f"image {source.image_id(indices[0])}")
+            captions = reranker.choose(options, grids, [source.image_id(i) for i in indices])
         check_finite(captions, f"image {source.image_id(indices[0])} and its batch")  # never scored as good
         for i, caption in zip(indices, captions):
             decoded.indices.append(i)
@@ -136,6 +146,15 @@ def decode_source(
             decoded.tokens.append(caption.words)
             decoded.attention.append(caption.attention.numpy())  # (T, L)
     return decoded
+
+
+def model_inputs(
+    model: LoadedCaptioner, source: CaptionSource, feature_cache: FeatureCache | None
+) -> Callable[[int], torch.Tensor]:
+    """What ``model.net.encode`` reads for image i of ``source``: a cached grid, or the image itself."""
+    if feature_cache is not None:
+        return feature_cache.features(source, model.image_size)
+    return ImageLoader(source, model.image_size)
 
 
 def synthetic_grounding(decoded: Decoded, source: SyntheticSource) -> dict[str, float | int]:
@@ -156,6 +175,8 @@ def evaluate_checkpoint(
     batch_size: int = 50,
     cache_dir: str | Path | None = None,
     device: str = "cpu",
+    rerank: RerankConfig | None = None,
+    memory_source: CaptionSource | None = None,
 ) -> Evaluation:
     """Decode ``source`` with the checkpoint and score it. ``decoding`` options (HF ``generate`` names)
     override the checkpoint's; ``None`` values keep them. Several checkpoints are decoded as their
@@ -163,6 +184,9 @@ def evaluate_checkpoint(
 
     With ``cache_dir`` and a frozen encoder, grid features are read from (or added to) the feature cache
     there, the same one training used; otherwise images go through the encoder.
+
+    With ``rerank``, captions are chosen among candidates by consensus (``captioning.inference.consensus``)
+    with a caption memory of ``memory_source`` (the training split) built with the same encoder.
     """
     paths = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
     model = load_captioners(paths)
@@ -173,7 +197,15 @@ def evaluate_checkpoint(
     encoder = model.net.encoder
     use_cache = cache_dir is not None and not any(p.requires_grad for p in encoder.parameters())
     cache = FeatureCache(encoder, cache_dir, device=device) if use_cache else None
-    decoded = decode_source(model, source, decoding, batch_size, cache)
+    reranker = None
+    if rerank is not None:
+        if memory_source is None:
+            raise ValueError("rerank needs a memory_source: the training split whose captions vote")
+        memory = CaptionMemory.build(
+            model.net.encode, model_inputs(model, memory_source, cache), memory_source
+        )
+        reranker = ConsensusReranker(rerank, memory)
+    decoded = decode_source(model, source, decoding, batch_size, cache, reranker)
     decoded_ids = set(decoded.image_ids)  # unreadable images are left out of the scores (and reported)
     references = {
         source.image_id(i): list(source.captions(i))
@@ -190,7 +222,10 @@ def evaluate_checkpoint(
         "total": sum(p.numel() for p in model.net.parameters()),
         "trainable": sum(p.numel() for p in model.net.parameters() if p.requires_grad),
     }
-    return Evaluation(members_label(paths), data_name, decoding, report, decoded, grounding, objects, params)
+    return Evaluation(
+        members_label(paths), data_name, decoding, report, decoded, grounding, objects, params,
+        rerank.to_dict() if rerank is not None else None,
+    )  # fmt: skip
 
 
 def write_evaluation(evaluation: Evaluation, out_dir: str | Path) -> tuple[Path, Path]:
@@ -210,6 +245,11 @@ def format_evaluation(evaluation: Evaluation, results_path: str | Path | None = 
     lines = [
         f"checkpoint: {evaluation.checkpoint}",
         "decoding: " + " ".join(f"{k}={v}" for k, v in d.items()),
+        *(
+            ["rerank: " + " ".join(f"{k}={v}" for k, v in evaluation.rerank.items())]
+            if evaluation.rerank
+            else []
+        ),
         # The header reads "<results> vs <data>/<split>: N images, tokenizer=...".
         format_report(
             evaluation.report, Path(results_path or "results"), Path(evaluation.data or "references")

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 Vector = list[dict[tuple[str, ...], float]]  # per n: n-gram -> tf-idf weight
+Weighted = tuple[Vector, np.ndarray, int]  # tf-idf vectors, their norms (n,), the caption's length
 
 
 def ngram_counts(words: Sequence[str], n: int = 4) -> list[Counter]:
@@ -39,7 +40,11 @@ class CiderD:
         self.log_images = math.log(float(len(references)))
         self.refs = [[self._vector(ref) for ref in image] for image in counts]
 
-    def _vector(self, counts: list[Counter]) -> tuple[Vector, np.ndarray, int]:
+    def vector(self, caption: str) -> Weighted:
+        """A caption's tf-idf vectors under these document frequencies (for ``similarity``)."""
+        return self._vector(ngram_counts(caption.split(), self.n))
+
+    def _vector(self, counts: list[Counter]) -> Weighted:
         """tf-idf vectors, their norms (n,) and the caption length (number of unigrams)."""
         vec: Vector = []
         norms = np.zeros(self.n)
@@ -53,17 +58,23 @@ class CiderD:
 
     def score(self, hypothesis: str, image: int) -> float:
         """CIDEr-D of one caption against the references of image ``image``."""
-        hyp, hyp_norm, hyp_len = self._vector(ngram_counts(hypothesis.split(), self.n))
-        total = np.zeros(self.n)
-        for ref, ref_norm, ref_len in self.refs[image]:
-            penalty = math.exp(-((hyp_len - ref_len) ** 2) / (2 * self.sigma**2))
-            for k in range(self.n):
-                ref_k = ref[k]
-                dot = sum(min(w, ref_k[g]) * ref_k[g] for g, w in hyp[k].items() if g in ref_k)  # clipped
-                if hyp_norm[k] and ref_norm[k]:
-                    dot /= hyp_norm[k] * ref_norm[k]
-                total[k] += dot * penalty
-        return float(total.mean() / max(len(self.refs[image]), 1) * 10.0)
+        hyp = self.vector(hypothesis)
+        refs = self.refs[image]
+        return sum(self.similarity(hyp, ref) for ref in refs) / max(len(refs), 1)
+
+    def similarity(self, hyp: Weighted, ref: Weighted) -> float:
+        """CIDEr-D of one caption against one reference, both from ``vector``: the mean over n of the
+        clipped cosine of their n-gram tf-idf vectors, times the Gaussian length penalty, ×10."""
+        (h, h_norm, h_len), (r, r_norm, r_len) = hyp, ref
+        penalty = math.exp(-((h_len - r_len) ** 2) / (2 * self.sigma**2))
+        total = 0.0
+        for k in range(self.n):
+            r_k = r[k]
+            dot = sum(min(w, r_k[g]) * r_k[g] for g, w in h[k].items() if g in r_k)  # clipped counts
+            if h_norm[k] and r_norm[k]:
+                dot /= h_norm[k] * r_norm[k]
+            total += dot * penalty
+        return total / self.n * 10.0
 
     def scores(self, hypotheses: Sequence[str], images: Sequence[int]) -> np.ndarray:
         """(N,) CIDEr-D of ``hypotheses[j]`` against the references of ``images[j]``."""

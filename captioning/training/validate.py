@@ -32,7 +32,18 @@ TOP_LEVEL_KEYS = frozenset(
 
 # What conf/eval.yaml composes at the top (`captioning evaluate`).
 EVAL_KEYS = frozenset(
-    {"paths", "data", "split", "decoding", "tokenizer", "batch_size", "feature_cache", "device", "hydra"}
+    {
+        "paths",
+        "data",
+        "split",
+        "decoding",
+        "rerank",
+        "tokenizer",
+        "batch_size",
+        "feature_cache",
+        "device",
+        "hydra",
+    }
 )
 
 
@@ -84,7 +95,7 @@ def check_eval_config(cfg: DictConfig) -> None:
     ):
         if not ok:
             problems.append(f"{key}={_get(cfg, key)!r}: expected {expected}")
-    problems += _group_type_problems(cfg, ("data",), problems)
+    problems += _group_type_problems(cfg, ("data", "rerank"), problems)
     if problems:
         raise ConfigError("; ".join(problems))
 

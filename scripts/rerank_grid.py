@@ -1,0 +1,89 @@
+"""Consensus reranking's neighbours and weight, chosen on one half of a dev split and checked on the other.
+
+    python scripts/rerank_grid.py --checkpoint A [--checkpoint B ...] [--out grid.json] [data=flickr8k split=val]
+
+The candidates (each member's beams and samples, ``captioning.inference.consensus``) are decoded once,
+in the batches and with the seed ``captioning evaluate rerank=consensus`` uses, so each row's captions
+are the ones evaluate would write at that setting; every (neighbours, weight) then only votes again.
+Scores are the toolkit-free CIDEr-D of ``captioning.inference.tuning`` (project tokenizer) on the whole
+split and on its even / odd halves; ``held_out`` chooses on one half and reports the other, against
+minimum Bayes risk alone (neighbours 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from captioning.checkpoints.ensemble import load_captioners
+from captioning.data.features import FeatureCache
+from captioning.decoding import GenerationConfig
+from captioning.inference.consensus import ConsensusReranker, RerankConfig
+from captioning.inference.evaluation import build_source, model_inputs
+from captioning.inference.memory import CaptionMemory
+from captioning.inference.tuning import SplitScorer, held_out, score_setting
+from captioning.training.config import compose_config
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--checkpoint", action="append", required=True)
+    parser.add_argument("--neighbours", type=int, nargs="+", default=[5, 15, 30, 60])
+    parser.add_argument("--weights", type=float, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32])
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("overrides", nargs="*", default=[])
+    args = parser.parse_args()
+    cfg, _ = compose_config("eval", ["data=flickr8k", "split=val", *args.overrides])
+    source, train = build_source(cfg.data, cfg.split), build_source(cfg.data, "train")
+    model = load_captioners(args.checkpoint)
+    cache = FeatureCache(model.net.encoder, cfg.paths.cache) if cfg.feature_cache else None
+    memory = CaptionMemory.build(model.net.encode, model_inputs(model, train, cache), train)
+    reranker = ConsensusReranker(RerankConfig(), memory)
+    decoding = GenerationConfig.from_dict(model.decoding)
+    inputs = model_inputs(model, source, cache)
+    batches = []  # (indices, grids, candidates): decoded once
+    with torch.no_grad():
+        for start in range(0, len(source), cfg.batch_size):
+            indices = list(range(start, min(start + cfg.batch_size, len(source))))
+            grids = model.net.encode(torch.stack([inputs(i) for i in indices]))  # (B, L, D)
+            batches.append(
+                (indices, grids, reranker.candidates(model.net.decoder, grids, model.vocab, decoding))
+            )
+    scorer, rows = SplitScorer(source), []
+    for k in [0, *args.neighbours]:
+        reranker.config = dataclasses.replace(reranker.config, neighbours=k)
+        votes = [
+            (indices, reranker.votes(options, grids, [source.image_id(i) for i in indices]))
+            for indices, grids, options in batches
+        ]
+        for weight in [0.0] if k == 0 else args.weights:
+            captions = {
+                i: unique[int(np.argmax(own + weight * near))]
+                for indices, image_votes in votes
+                for i, (unique, own, near) in zip(indices, image_votes)
+            }
+            rows.append(score_setting({"neighbours": k, "weight": weight}, captions, scorer))
+            print(json.dumps(rows[-1].to_dict()), flush=True)
+    report = {
+        "checkpoints": args.checkpoint,
+        "decoding": decoding.to_dict(),
+        "candidates": {
+            k: v for k, v in RerankConfig().to_dict().items() if k not in ("neighbours", "weight")
+        },
+        "rows": [r.to_dict() for r in rows],
+        "held_out": held_out(rows, {"neighbours": 0, "weight": 0.0}),
+    }
+    print(json.dumps(report["held_out"], indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

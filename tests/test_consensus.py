@@ -1,0 +1,165 @@
+"""Consensus reranking (captioning.inference.consensus) and its caption memory (captioning.inference.memory)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from captioning.checkpoints.load import load_captioner
+from captioning.cli.main import main
+from captioning.data.datamodule import ImageLoader
+from captioning.data.sources import SyntheticSource
+from captioning.decoding import GenerationConfig, generate
+from captioning.decoding.captions import DecodedCaption, to_captions
+from captioning.inference.consensus import ConsensusReranker, RerankConfig, consensus_scores
+from captioning.inference.memory import CaptionMemory, pooled
+from captioning.metrics.cider import CiderD
+from captioning.models.decoders.ensemble import EnsembleDecoder
+from captioning.training.train import train
+
+from conftest import TINY, compose_train
+
+REFS = [
+    ["a dog runs on the grass", "a brown dog running through grass", "the dog is running"],
+    ["a man sits on a bench", "a man sitting in the park", "an old man on a bench"],
+    ["two children play in the water", "kids splash in a pool", "children swimming"],
+]
+
+
+def caption(text: str) -> DecodedCaption:
+    words = text.split()
+    return DecodedCaption(words, torch.zeros(len(words), 4), [0.0] * (len(words) + 1), 0.0, 0.0)
+
+
+def memory_of(vectors: list[list[float]], refs=REFS) -> CaptionMemory:
+    return CaptionMemory(
+        torch.nn.functional.normalize(torch.tensor(vectors, dtype=torch.float32), dim=-1),
+        refs,
+        list(range(len(refs))),
+    )
+
+
+def test_similarity_of_two_vectors_is_the_score_against_that_single_reference():
+    cider = CiderD([["a dog runs on the grass"], *REFS[1:]])  # image 0 has one reference
+    hyp = "a dog is running on grass"
+    one = cider.similarity(cider.vector(hyp), cider.vector("a dog runs on the grass"))
+    assert one == pytest.approx(cider.score(hyp, 0), abs=1e-12) and one > 0
+    assert cider.similarity(cider.vector(hyp), cider.vector("children swimming")) == 0.0
+
+
+def test_consensus_score_is_the_mean_over_the_evidence_repeats_counted():
+    cider = CiderD(REFS)
+    evidence = ["a dog runs", "a dog runs", "a man sits"]
+    got = consensus_scores(["a dog runs", "a man sits"], evidence, cider)
+    for j, c in enumerate(["a dog runs", "a man sits"]):
+        expected = sum(cider.similarity(cider.vector(c), cider.vector(e)) for e in evidence) / 3
+        assert got[j] == pytest.approx(expected, abs=1e-12)
+    assert got[0] > got[1]  # the caption said twice wins the vote
+    assert consensus_scores(["a dog"], [], cider).tolist() == [0.0]
+
+
+def test_without_neighbours_the_majority_candidate_is_kept():
+    reranker = ConsensusReranker(RerankConfig(neighbours=0), memory_of([[1, 0], [0, 1], [1, 1]]))
+    options = [[caption("a man sits on a bench"), caption("a dog runs"), caption("a dog runs on grass")]]
+    chosen = reranker.choose(options, torch.zeros(1, 3, 2))
+    assert " ".join(chosen[0].words) in {"a dog runs", "a dog runs on grass"}  # two of three about a dog
+    assert chosen[0] is options[0][1] or chosen[0] is options[0][2]  # the candidate itself, attention and all
+
+
+def test_the_nearest_images_captions_outvote_the_models_first_choice():
+    memory = memory_of([[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]])
+    options = [[caption("a man sitting on a bench"), caption("a dog running through the grass")]]
+    near_man = torch.tensor([[[0.0, 1.0]]])  # (B=1, L=1, D=2): pooled, nearest to memory image 1
+    near_dog = torch.tensor([[[1.0, 0.05]]])
+    config = RerankConfig(neighbours=1, weight=100.0)
+    assert ConsensusReranker(config, memory).choose(options, near_dog)[0].words[1] == "dog"
+    assert ConsensusReranker(config, memory).choose(options, near_man)[0].words[1] == "man"
+
+
+def test_memory_returns_the_nearest_by_cosine_and_never_the_query_itself():
+    memory = memory_of([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+    query = torch.tensor([[[1.0, 0.1], [1.0, -0.1]]])  # (1, 2, 2): mean (1, 0)
+    assert memory.nearest(query, 3) == [[0, 1, 2]]
+    assert memory.nearest(query, 2, exclude=[0]) == [[1, 2]]  # image 0 is the query: left out
+    assert memory.nearest(query, 5, exclude=[7]) == [[0, 1, 2]]  # an id outside the memory: nothing left out
+    assert pooled(query).norm(dim=-1).tolist() == pytest.approx([1.0])
+    with pytest.raises(ValueError, match=r"queries have D=3, the memory D=2"):
+        memory.nearest(torch.zeros(1, 4, 3), 1)
+    with pytest.raises(ValueError, match="2 vectors, 3 caption lists"):
+        CaptionMemory(torch.zeros(2, 2), REFS, [0, 1, 2])
+
+
+def test_memory_built_from_a_source_pools_what_encode_returns():
+    source = SyntheticSource(6, seed=3, split="train")
+    grids = torch.randn(6, 4, 5)
+    memory = CaptionMemory.build(lambda x: x, lambda i: grids[i], source, batch_size=4)
+    assert torch.allclose(memory.vectors, pooled(grids))
+    assert memory.image_ids == [source.image_id(i) for i in range(6)]
+    assert memory.captions[2] == [" ".join(c.lower().split()) for c in source.captions(2)]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("top_p", 0.0), ("neighbours", -1), ("num_beams", 0), ("weight", -1.0)]
+)
+def test_a_bad_rerank_setting_is_one_line_naming_it(key, value):
+    with pytest.raises(ValueError, match=rf"rerank\.{key}={value!r}: expected"):
+        RerankConfig(**{key: value})
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    overrides = [*TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=3"]
+    return train(compose_train(overrides, tmp_path_factory.mktemp("tiny_run")))
+
+
+def test_an_ensembles_candidates_are_each_members_own(tiny_checkpoint):
+    net = load_captioner(tiny_checkpoint).net
+    vocab = load_captioner(tiny_checkpoint).vocab
+    grids = net.encode(torch.rand(2, 3, 64, 64))
+    memory = memory_of([[1.0] * grids.shape[-1]], refs=[["a shape"]])
+    reranker = ConsensusReranker(RerankConfig(num_beams=3, num_samples=0), memory)
+    single = reranker.candidates(net.decoder, grids, vocab, GenerationConfig())
+    both = reranker.candidates(EnsembleDecoder([net.decoder, net.decoder]), grids, vocab, GenerationConfig())
+    beams = to_captions(generate(net.decoder, grids, num_beams=3, num_return_sequences=3), vocab)
+    assert [[c.words for c in image] for image in single] == [
+        [c.words for c in beams[b * 3 : b * 3 + 3]] for b in range(2)
+    ]
+    assert [[c.words for c in image] for image in both] == [[c.words for c in image] * 2 for image in single]
+
+
+def test_evaluate_with_one_candidate_reranks_to_plain_decoding(tiny_checkpoint, tmp_path, capsys):
+    def evaluate(out: str, *overrides: str) -> int:
+        data = ["data.test.num_images=6", "data.train.num_images=10"]
+        args = ["evaluate", "--checkpoint", tiny_checkpoint, "--out-dir", str(tmp_path / out)]
+        return main([*args, *data, *overrides])
+
+    assert evaluate("plain", "decoding.num_beams=1") == 0
+    one = ["rerank=consensus", "rerank.num_beams=1", "rerank.num_samples=0", "decoding.num_beams=1"]
+    assert evaluate("one", *one) == 0
+    assert evaluate("full", "rerank=consensus", "decoding.num_beams=3") == 0
+    printed = capsys.readouterr().out
+    results = {
+        name: json.loads((tmp_path / name / "results.json").read_text()) for name in ("plain", "one", "full")
+    }
+    assert results["one"] == results["plain"]  # a vote over one candidate keeps it
+    scores = json.loads((tmp_path / "full" / "scores.json").read_text())
+    assert scores["rerank"] == RerankConfig().to_dict() and "rerank: num_beams=5" in printed
+    assert json.loads((tmp_path / "plain" / "scores.json").read_text())["rerank"] is None
+    # Every kept caption is one of the candidates the reranker was given: the same beams and seeded samples.
+    model = load_captioner(tiny_checkpoint)
+    loader = ImageLoader(SyntheticSource(6, seed=0, split="test"), model.image_size)
+    grids = model.net.encode(torch.stack([loader(i) for i in range(6)]))
+    decoding = GenerationConfig.from_dict(model.decoding).replace(num_beams=3)
+    reranker = ConsensusReranker(RerankConfig(), memory_of([[1.0] * grids.shape[-1]], refs=[["a shape"]]))
+    options = reranker.candidates(model.net.decoder, grids, model.vocab, decoding)
+    assert len(options[0]) == 15  # 5 beams + 10 samples
+    for kept, image in zip(results["full"], options):
+        assert kept["caption"] in {" ".join(c.words) for c in image}
+
+
+def test_evaluate_refuses_a_bad_rerank_value_in_one_line(tiny_checkpoint, capsys):
+    code = main(["evaluate", "--checkpoint", tiny_checkpoint, "rerank=consensus", "rerank.top_p=0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "rerank.top_p" in err and len(err.strip().splitlines()) == 1
