@@ -13,6 +13,7 @@ from captioning.data.datamodule import ImageLoader
 from captioning.data.sources import SyntheticSource
 from captioning.decoding import GenerationConfig, generate
 from captioning.decoding.captions import DecodedCaption, to_captions
+from captioning.inference.captioner import Captioner
 from captioning.inference.consensus import ConsensusReranker, RerankConfig, consensus_scores
 from captioning.inference.memory import CaptionMemory, pooled
 from captioning.metrics.cider import CiderD
@@ -163,3 +164,46 @@ def test_evaluate_refuses_a_bad_rerank_value_in_one_line(tiny_checkpoint, capsys
     code = main(["evaluate", "--checkpoint", tiny_checkpoint, "rerank=consensus", "rerank.top_p=0"])
     err = capsys.readouterr().err
     assert code == 2 and "rerank.top_p" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_saved_memory_loads_as_it_was_and_a_bad_file_is_named(tmp_path):
+    memory = CaptionMemory(pooled(torch.randn(3, 4, 6)), REFS, ["a.jpg", "b.jpg", "c.jpg"], {"grid": 2})
+    memory.save(tmp_path / "memory.safetensors")
+    again = CaptionMemory.load(tmp_path / "memory.safetensors")
+    assert torch.allclose(again.vectors, memory.vectors, atol=1e-3)  # stored as float16
+    assert (again.captions, again.image_ids, again.encoder) == (
+        memory.captions,
+        memory.image_ids,
+        {"grid": 2},
+    )
+    (tmp_path / "other.safetensors").write_bytes(b"not a memory")
+    with pytest.raises(ValueError, match=r"other\.safetensors: not a caption memory"):
+        CaptionMemory.load(tmp_path / "other.safetensors")
+    with pytest.raises(ValueError, match=r"another encoder than m\.ckpt's \(they differ in grid\)"):
+        memory.check_encoder({"grid": 3}, "m.ckpt")
+
+
+def test_the_python_api_captions_with_a_reranker(tiny_checkpoint):
+    captioner = Captioner.from_checkpoint(tiny_checkpoint)
+    train_scenes, test_scenes = (
+        SyntheticSource(12, seed=1, split="train"),
+        SyntheticSource(4, seed=0, split="test"),
+    )
+    memory = CaptionMemory.build(
+        captioner.net.encode, ImageLoader(train_scenes, captioner.image_size), train_scenes,
+        encoder=captioner.encoder_identity,
+    )  # fmt: skip
+    images = [test_scenes.image(i) for i in range(4)]
+    one = ConsensusReranker(RerankConfig(num_beams=1, num_samples=0, neighbours=0), memory)
+    greedy = captioner.caption(images, num_beams=1)
+    assert [r.caption for r in captioner.caption(images, num_beams=1, reranker=one)] == [
+        r.caption for r in greedy
+    ]
+    full = captioner.caption(images, reranker=ConsensusReranker(RerankConfig(num_samples=4), memory))
+    for result in full:
+        texts = [c.caption for c in result.candidates]
+        assert texts[0] == result.caption and len(set(texts)) == len(texts)  # the kept one first, no repeats
+        assert result.attention.shape == (len(result.tokens), *captioner.grid)
+    other = CaptionMemory(memory.vectors, memory.captions, memory.image_ids, {**memory.encoder, "grid": -1})
+    with pytest.raises(ValueError, match="built with another encoder"):
+        captioner.caption(images, reranker=ConsensusReranker(RerankConfig(), other))

@@ -26,13 +26,20 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 from PIL import Image
+from torch import Tensor
 
 from captioning.checkpoints.ensemble import load_captioners
 from captioning.checkpoints.load import LoadedCaptioner
+from captioning.data.features import encoder_identity
 from captioning.data.files import write_atomically
 from captioning.data.images import decode_rgb, image_to_tensor, load_rgb, to_rgb
 from captioning.decoding import GenerationConfig, decode_captions
-from captioning.decoding.captions import NonFiniteScores, check_finite  # noqa: F401 - NonFiniteScores for callers
+from captioning.decoding.captions import (  # noqa: F401 - NonFiniteScores for callers
+    DecodedCaption,
+    NonFiniteScores,
+    check_finite,
+)
+from captioning.inference.consensus import ConsensusReranker
 
 # bytes: a path (os.fsencode) or, with a NUL byte no path can hold, an image file's encoded bytes;
 # a binary file object (open(..., "rb"), io.BytesIO) is read as an encoded image too.
@@ -254,15 +261,20 @@ class Captioner:
         batch_size: int = 16,
         seed: int | None = None,
         generator: torch.Generator | None = None,
+        reranker: ConsensusReranker | None = None,
         **options: Any,
     ) -> Iterator[CaptionResult]:
         """Results batch by batch (streamed). ``options``: HF ``generate`` names (unset: the checkpoint's);
-        ``seed``/``generator`` make sampling repeatable."""
+        ``seed``/``generator`` make sampling repeatable. With a ``reranker``
+        (``captioning.inference.consensus``), each caption is the candidate its vote keeps (the beams use
+        ``options``; ``candidates`` then lists every distinct candidate)."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
         if seed is not None and (not isinstance(seed, int) or not 0 <= seed < 2**63):  # as the CLI's --seed
             raise ValueError(f"seed={seed!r}: expected an integer in [0, 2**63)")
         config = self.generation_config(**options)
+        if reranker is not None:
+            reranker.memory.check_encoder(self.encoder_identity, str(self.path))
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         if images is None or isinstance(images, Mapping) or not isinstance(images, (*SINGLE, Iterable)):
@@ -276,20 +288,47 @@ class Captioner:
             if not chunk:
                 return
             with torch.no_grad():  # not around the yield: the caller's code between items keeps its grad mode
-                results = self._caption_batch(chunk, start, config, generator)
+                results = self._caption_batch(chunk, start, config, generator, reranker)
             yield from results
 
+    @property
+    def encoder_identity(self) -> dict:
+        """What the encoder's grids depend on (``captioning.data.features.encoder_identity``)."""
+        return encoder_identity(self.net.encoder, self.image_size)
+
+    def _reranked(
+        self, batch: Tensor, config: GenerationConfig, reranker: ConsensusReranker, names: list[str]
+    ) -> list[list[DecodedCaption]]:
+        """Per image: the caption the reranker keeps, then its other distinct candidates in their order."""
+        grids = self.net.encode(batch)  # (B, L, D)
+        options = reranker.candidates(self.net.decoder, grids, self.vocab, config)
+        for name, image_options in zip(names, options):
+            check_finite(image_options, name)  # a broken model's candidates are never voted on
+        out = []
+        for kept, image_options in zip(reranker.choose(options, grids), options):
+            distinct = {" ".join(kept.words): kept}
+            for c in image_options:
+                distinct.setdefault(" ".join(c.words), c)
+            out.append(list(distinct.values()))
+        return out
+
     def _caption_batch(
-        self, chunk: list, start: int, config: GenerationConfig, generator
+        self, chunk: list, start: int, config: GenerationConfig, generator, reranker=None
     ) -> list[CaptionResult]:
         tensors = [image_to_tensor(as_pil(image), self.image_size) for image in chunk]  # released after
         batch = torch.stack(tensors).to(self.device)  # (B, 3, S, S)
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+        names = [_name(image, start + i) for i, image in enumerate(chunk)]
         with autocast:
-            decoded = decode_captions(self.net, self.vocab, batch, config, generator=generator)
-        n, (h, w) = config.num_return_sequences, self.grid
+            if reranker is None:
+                decoded = decode_captions(self.net, self.vocab, batch, config, generator=generator)
+                n = config.num_return_sequences
+                per_image = [decoded[i * n : (i + 1) * n] for i in range(len(chunk))]  # best first
+            else:
+                per_image = self._reranked(batch, config, reranker, names)
+        (h, w) = self.grid
         results = []
-        for i, image in enumerate(chunk):
+        for i in range(len(chunk)):
             candidates = [
                 CaptionResult(
                     caption=" ".join(c.words),
@@ -298,12 +337,12 @@ class Captioner:
                     token_log_probs=c.token_log_probs,
                     score=c.score,
                     log_prob=c.log_prob,
-                    image=_name(image, start + i),
+                    image=names[i],
                 )
-                for c in decoded[i * n : (i + 1) * n]
+                for c in per_image[i]
             ]
             best = candidates[0]
-            check_finite(decoded[i * n : (i + 1) * n], best.image)
+            check_finite(per_image[i], best.image)
             best.candidates = candidates
             results.append(best)
         return results

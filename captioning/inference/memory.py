@@ -8,12 +8,15 @@ captions of the k training images nearest to each query grid. ``consensus.py`` u
 pseudo-references to rerank a captioner's candidates.
 
 The memory is built with the captioner's own encoder (the feature cache's grids for a frozen one), so
-its vectors and the queries come from one function of the pixels.
+its vectors and the queries come from one function of the pixels; a saved memory (``save`` / ``load``,
+a safetensors file) records that encoder's identity, and ``check_encoder`` refuses another.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -30,7 +33,13 @@ def pooled(grids: Tensor) -> Tensor:
 class CaptionMemory:
     """``vectors[j]`` (D,) and ``captions[j]`` (tokenised references) of memory image j."""
 
-    def __init__(self, vectors: Tensor, captions: Sequence[Sequence[str]], image_ids: Sequence[Hashable]):
+    def __init__(
+        self,
+        vectors: Tensor,
+        captions: Sequence[Sequence[str]],
+        image_ids: Sequence[Hashable],
+        encoder: dict | None = None,
+    ):
         if not (len(vectors) == len(captions) == len(image_ids)):
             raise ValueError(
                 f"caption memory: {len(vectors)} vectors, {len(captions)} caption lists and {len(image_ids)} "
@@ -41,6 +50,7 @@ class CaptionMemory:
         self.vectors = vectors.float()  # (N, D) unit rows
         self.captions = [list(c) for c in captions]
         self.image_ids = list(image_ids)
+        self.encoder = encoder  # encoder_identity of the grids the vectors pool, when known
 
     def __len__(self) -> int:
         return len(self.image_ids)
@@ -52,6 +62,7 @@ class CaptionMemory:
         inputs: Callable[[int], Tensor],
         source: CaptionSource,
         batch_size: int = 250,
+        encoder: dict | None = None,
     ) -> CaptionMemory:
         """Every image of ``source``: ``inputs(i)`` (an image tensor or a cached grid) through ``encode``
         (the captioner's ``net.encode``), pooled; its captions tokenised as the CIDEr-D reward does."""
@@ -61,7 +72,40 @@ class CaptionMemory:
                 rows = [inputs(i) for i in range(start, min(start + batch_size, len(source)))]
                 vectors.append(pooled(encode(torch.stack(rows))))  # (b, D)
         captions = [[" ".join(tokenize(c)) for c in source.captions(i)] for i in range(len(source))]
-        return cls(torch.cat(vectors), captions, [source.image_id(i) for i in range(len(source))])
+        ids = [source.image_id(i) for i in range(len(source))]
+        return cls(torch.cat(vectors), captions, ids, encoder)
+
+    def save(self, path: str | Path) -> None:
+        """A safetensors file: the vectors (float16) and, in its header, the captions, ids and encoder."""
+        from safetensors.torch import save_file
+
+        meta = {"captions": self.captions, "image_ids": self.image_ids, "encoder": self.encoder}
+        save_file(
+            {"vectors": self.vectors.half().contiguous()}, str(path), {"caption_memory": json.dumps(meta)}
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> CaptionMemory:
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = json.loads((f.metadata() or {})["caption_memory"])
+                vectors = f.get_tensor("vectors").float()
+        except (OSError, SafetensorError, KeyError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a caption memory saved by CaptionMemory.save ({err})") from None
+        return cls(vectors, meta["captions"], meta["image_ids"], meta["encoder"])
+
+    def check_encoder(self, identity: dict, name: str = "the captioner") -> None:
+        """Refuse queries from an encoder other than the memory's (their cosines would mean nothing)."""
+        if self.encoder is not None and self.encoder != identity:
+            differ = sorted(
+                k for k in set(identity) | set(self.encoder) if identity.get(k) != self.encoder.get(k)
+            )
+            raise ValueError(
+                f"caption memory: built with another encoder than {name}'s (they differ in {', '.join(differ)}); "
+                "build the memory with this captioner"
+            )
 
     def nearest(self, grids: Tensor, k: int, exclude: Sequence[Hashable] | None = None) -> list[list[int]]:
         """Per query grid (B, L, D), the memory rows of its ``k`` nearest images, nearest first. A query's
