@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 from captioning.checkpoints.ensemble import load_captioners, members_label
 from captioning.checkpoints.load import LoadedCaptioner
 from captioning.data.datamodule import ImageLoader
-from captioning.data.features import FeatureCache
+from captioning.data.features import FeatureCache, encoder_identity
 from captioning.data.images import ImageError
 from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
@@ -201,9 +201,9 @@ def evaluate_checkpoint(
     if rerank is not None:
         if memory_source is None:
             raise ValueError("rerank needs a memory_source: the training split whose captions vote")
-        memory = CaptionMemory.build(
-            model.net.encode, model_inputs(model, memory_source, cache), memory_source
-        )
+        inputs = model_inputs(model, memory_source, cache)
+        identity = encoder_identity(model.net.encoder, model.image_size)
+        memory = CaptionMemory.build(model.net.encode, inputs, memory_source, encoder=identity)
         reranker = ConsensusReranker(rerank, memory)
     decoded = decode_source(model, source, decoding, batch_size, cache, reranker)
     decoded_ids = set(decoded.image_ids)  # unreadable images are left out of the scores (and reported)
