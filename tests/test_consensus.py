@@ -207,3 +207,57 @@ def test_the_python_api_captions_with_a_reranker(tiny_checkpoint):
     other = CaptionMemory(memory.vectors, memory.captions, memory.image_ids, {**memory.encoder, "grid": -1})
     with pytest.raises(ValueError, match="built with another encoder"):
         captioner.caption(images, reranker=ConsensusReranker(RerankConfig(), other))
+
+
+def test_the_memory_and_caption_commands_rerank_as_the_api_does(tiny_checkpoint, tmp_path, capsys):
+    memory_file = tmp_path / "memory.safetensors"
+    args = ["memory", "--checkpoint", tiny_checkpoint, "--out", str(memory_file), "data.train.num_images=10"]
+    assert main(args) == 0
+    memory = CaptionMemory.load(memory_file)
+    captioner = Captioner.from_checkpoint(tiny_checkpoint)
+    assert len(memory) == 10 and memory.encoder == captioner.encoder_identity
+    scenes = SyntheticSource(3, seed=0, split="test")
+    photos = []
+    for i in range(3):
+        photos.append(tmp_path / f"scene{i}.png")
+        scenes.image(i).save(photos[-1])
+    capsys.readouterr()
+    assert (
+        main(["caption", *map(str, photos), "--checkpoint", tiny_checkpoint, "--rerank", str(memory_file)])
+        == 0
+    )
+    printed = [line.split("\t")[1] for line in capsys.readouterr().out.strip().splitlines()]
+    api = captioner.caption(photos, reranker=ConsensusReranker(RerankConfig(), memory))
+    assert printed == [r.caption for r in api]
+
+
+def test_the_caption_command_refuses_a_bad_memory_in_one_line(tiny_checkpoint, tmp_path, capsys):
+    photo = tmp_path / "scene.png"
+    SyntheticSource(1, seed=0, split="test").image(0).save(photo)
+    (tmp_path / "bad.safetensors").write_bytes(b"\0" * 16)
+    code = main(
+        [
+            "caption",
+            str(photo),
+            "--checkpoint",
+            tiny_checkpoint,
+            "--rerank",
+            str(tmp_path / "bad.safetensors"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "bad.safetensors: not a caption memory" in err and len(err.strip().splitlines()) == 1
+    other = CaptionMemory(pooled(torch.randn(2, 4, 8)), REFS[:2], [0, 1], {"encoder": "another"})
+    other.save(tmp_path / "other.safetensors")
+    code = main(
+        [
+            "caption",
+            str(photo),
+            "--checkpoint",
+            tiny_checkpoint,
+            "--rerank",
+            str(tmp_path / "other.safetensors"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "built with another encoder" in err and len(err.strip().splitlines()) == 1

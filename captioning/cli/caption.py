@@ -100,6 +100,14 @@ def add_parser(subparsers) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="images decoded at once (default: 16)")
     p.add_argument("--overlay", type=Path, default=None, help="write per-word attention overlays to this PNG")
     p.add_argument("--json", action="store_true", help="print one JSON object per image")
+    p.add_argument(
+        "--rerank",
+        type=path_arg,
+        default=None,
+        metavar="MEMORY",
+        help="consensus reranking with this caption memory (built by `captioning memory`): each model's beams "
+        "and samples, the caption kept by a CIDEr-D vote of the candidates and the nearest training images",
+    )
     add_decoding_arguments(p)
 
 
@@ -171,6 +179,14 @@ def run(args: argparse.Namespace) -> int:
             check_option(name, value)  # each flag alone, before the checkpoint is read
         model = Captioner.from_checkpoint(args.checkpoint, device=args.device)
         model.generation_config(**options)  # with the checkpoint's defaults, before any image is read
+        reranker = None
+        if args.rerank is not None:  # a bad or mismatched memory file: one line, before any image is read
+            from captioning.inference.consensus import ConsensusReranker, RerankConfig
+            from captioning.inference.memory import CaptionMemory
+
+            memory = CaptionMemory.load(args.rerank)
+            memory.check_encoder(model.encoder_identity, str(args.checkpoint[0]))
+            reranker = ConsensusReranker(RerankConfig(seed=args.seed or 0), memory)
     except (CheckpointError, ValueError) as e:
         err(e)
         return 2
@@ -219,8 +235,9 @@ def run(args: argparse.Namespace) -> int:
             break
         try:
             results = model.caption(
-                [tensor for _, (tensor, _) in batch], batch_size=args.batch_size, seed=args.seed, **options
-            )
+                [tensor for _, (tensor, _) in batch],
+                batch_size=args.batch_size, seed=args.seed, reranker=reranker, **options,
+            )  # fmt: skip
         except NonFiniteScores as e:  # broken weights: NaN scores are no caption, for every image
             for i, _ in batch:
                 err(f"{_printable(str(paths[i]))}: {e.reason}")

@@ -1,4 +1,4 @@
-"""``captioning`` command: sub-commands caption, evaluate, score, export, demo, plot, tune.
+"""``captioning`` command: sub-commands caption, evaluate, score, export, demo, plot, tune, memory.
 
 Only argparse and the sub-command modules (which import nothing heavy at module level) load before a
 command runs, so ``captioning --help`` answers at once; torch, Lightning and Hydra load in ``run``."""
@@ -14,7 +14,7 @@ from captioning.cli.runtime import configure_process
 configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE offline unless set
 
 from captioning import __version__  # noqa: E402
-from captioning.cli import caption, demo, evaluate, export, plot, score, tune  # noqa: E402
+from captioning.cli import caption, demo, evaluate, export, memory, plot, score, tune  # noqa: E402
 
 SUBCOMMANDS = {
     "caption": caption,
@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "demo": demo,
     "plot": plot,
     "tune": tune,
+    "memory": memory,
 }
 
 

@@ -1,0 +1,57 @@
+"""``captioning memory --checkpoint CKPT --out MEMORY.safetensors [data=flickr8k] [split=train]``
+
+Builds the caption memory consensus reranking reads (``captioning.inference.memory``): every image of a
+split (default: train) through the checkpoint's encoder (the feature cache's grids for a frozen one),
+pooled, beside its reference captions. ``captioning caption IMG --checkpoint CKPT --rerank MEMORY`` then
+reranks without the data set. Overrides compose conf/eval.yaml, as ``captioning evaluate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from captioning.cli.runtime import path_arg
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "memory",
+        help="build the caption memory of consensus reranking from a data split (default: train)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--checkpoint", required=True, type=path_arg, help="the .ckpt or .safetensors to rerank for"
+    )
+    parser.add_argument("--out", required=True, type=path_arg, help="the memory file to write (.safetensors)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/eval.yaml, e.g. data=flickr8k")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from captioning.checkpoints.load import load_captioner
+    from captioning.data.features import FeatureCache, encoder_identity
+    from captioning.errors import one_line, user_errors
+    from captioning.inference.evaluation import build_source, model_inputs
+    from captioning.inference.memory import CaptionMemory
+    from captioning.training.config import compose_config
+    from captioning.training.validate import check_eval_config
+
+    try:
+        cfg, _ = compose_config("eval", ["split=train", *args.overrides])
+        check_eval_config(cfg)
+        source = build_source(cfg.data, cfg.split)
+        model = load_captioner(args.checkpoint)
+        frozen = not any(p.requires_grad for p in model.net.encoder.parameters())
+        cache = FeatureCache(model.net.encoder, cfg.paths.cache) if cfg.feature_cache and frozen else None
+        memory = CaptionMemory.build(
+            model.net.encode, model_inputs(model, source, cache), source,
+            encoder=encoder_identity(model.net.encoder, model.image_size),
+        )  # fmt: skip
+        memory.save(args.out)
+    except (*user_errors(), ValueError, RuntimeError, OSError) as err:
+        print(f"captioning memory: error: {one_line(err)}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}: {len(memory)} images of {cfg.split}, {memory.vectors.shape[1]}-d pooled grids")
+    return 0
