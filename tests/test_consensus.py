@@ -231,33 +231,27 @@ def test_the_memory_and_caption_commands_rerank_as_the_api_does(tiny_checkpoint,
     assert printed == [r.caption for r in api]
 
 
-def test_the_caption_command_refuses_a_bad_memory_in_one_line(tiny_checkpoint, tmp_path, capsys):
-    photo = tmp_path / "scene.png"
+def write_bytes(path):
+    path.write_bytes(b"\0" * 16)
+
+
+def write_other_encoders_memory(path):
+    CaptionMemory(pooled(torch.randn(2, 4, 8)), REFS[:2], [0, 1], {"encoder": "another"}).save(path)
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (write_bytes, "memory.safetensors: not a caption memory"),
+        (write_other_encoders_memory, "built with another encoder"),
+    ],
+)
+def test_the_caption_command_refuses_a_bad_memory_in_one_line(
+    tiny_checkpoint, tmp_path, capsys, write, message
+):
+    photo, memory = tmp_path / "scene.png", tmp_path / "memory.safetensors"
     SyntheticSource(1, seed=0, split="test").image(0).save(photo)
-    (tmp_path / "bad.safetensors").write_bytes(b"\0" * 16)
-    code = main(
-        [
-            "caption",
-            str(photo),
-            "--checkpoint",
-            tiny_checkpoint,
-            "--rerank",
-            str(tmp_path / "bad.safetensors"),
-        ]
-    )
+    write(memory)
+    code = main(["caption", str(photo), "--checkpoint", tiny_checkpoint, "--rerank", str(memory)])
     err = capsys.readouterr().err
-    assert code == 2 and "bad.safetensors: not a caption memory" in err and len(err.strip().splitlines()) == 1
-    other = CaptionMemory(pooled(torch.randn(2, 4, 8)), REFS[:2], [0, 1], {"encoder": "another"})
-    other.save(tmp_path / "other.safetensors")
-    code = main(
-        [
-            "caption",
-            str(photo),
-            "--checkpoint",
-            tiny_checkpoint,
-            "--rerank",
-            str(tmp_path / "other.safetensors"),
-        ]
-    )
-    err = capsys.readouterr().err
-    assert code == 2 and "built with another encoder" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
