@@ -16,11 +16,13 @@ from captioning.decoding.captions import DecodedCaption, to_captions
 from captioning.inference.captioner import Captioner
 from captioning.inference.consensus import ConsensusReranker, RerankConfig, consensus_scores
 from captioning.inference.memory import CaptionMemory, pooled
+from captioning.inference.tuning import SplitScorer
 from captioning.metrics.cider import CiderD
 from captioning.models.decoders.ensemble import EnsembleDecoder
 from captioning.training.train import train
 
 from conftest import TINY, compose_train
+from helpers import load_script
 
 REFS = [
     ["a dog runs on the grass", "a brown dog running through grass", "the dog is running"],
@@ -255,3 +257,30 @@ def test_the_caption_command_refuses_a_bad_memory_in_one_line(
     code = main(["caption", str(photo), "--checkpoint", tiny_checkpoint, "--rerank", str(memory)])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_grid_script_scores_what_evaluate_writes_at_the_same_setting(
+    tiny_checkpoint, tmp_path, monkeypatch
+):
+    data = ["data=synthetic", "data.val.num_images=6", "data.train.num_images=10"]
+    argv = ["evaluate", "--checkpoint", tiny_checkpoint, "--out-dir", str(tmp_path / "eval"), "split=val"]
+    assert main([*argv, *data, "rerank=consensus"]) == 0
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    grid = load_script("rerank_grid")
+    out = tmp_path / "grid.json"
+    script = ["rerank_grid.py", "--checkpoint", tiny_checkpoint, "--neighbours", "30", "--weights", "16"]
+    monkeypatch.setattr("sys.argv", [*script, "--out", str(out), *data])
+    grid.main()
+    report = json.loads(out.read_text())
+    source = SyntheticSource(6, seed=0, split="val")
+    written = SplitScorer(source)({i: r["caption"] for i, r in enumerate(results)})
+    row = next(r for r in report["rows"] if r["options"] == {"neighbours": 30, "weight": 16.0})
+    assert (row["cider"], row["cider_even"], row["cider_odd"]) == pytest.approx(
+        (written["all"], written["even"], written["odd"]), abs=1e-12
+    )
+    assert [r["options"] for r in report["rows"]] == [{"neighbours": 0, "weight": 0.0}, row["options"]]
+    assert set(report["held_out"]) == {"chosen_on_even", "chosen_on_odd"}
+    assert len(report["by_likeness"]) == 4
+    assert sorted(q["mean_cosine"] for q in report["by_likeness"]) == [
+        q["mean_cosine"] for q in report["by_likeness"]
+    ]

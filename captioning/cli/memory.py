@@ -31,9 +31,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import load_captioner
-    from captioning.data.features import FeatureCache, encoder_identity
+    from captioning.data.features import encoder_identity
     from captioning.errors import one_line, user_errors
-    from captioning.inference.evaluation import build_source, model_inputs
+    from captioning.inference.evaluation import build_source, frozen_feature_cache, model_inputs
     from captioning.inference.memory import CaptionMemory
     from captioning.training.config import compose_config
     from captioning.training.validate import check_eval_config
@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
         check_eval_config(cfg)
         source = build_source(cfg.data, cfg.split)
         model = load_captioner(args.checkpoint)
-        frozen = not any(p.requires_grad for p in model.net.encoder.parameters())
-        cache = FeatureCache(model.net.encoder, cfg.paths.cache) if cfg.feature_cache and frozen else None
+        cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
         memory = CaptionMemory.build(
             model.net.encode, model_inputs(model, source, cache), source,
             encoder=encoder_identity(model.net.encoder, model.image_size),

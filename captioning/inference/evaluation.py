@@ -148,6 +148,17 @@ def decode_source(
     return decoded
 
 
+def frozen_feature_cache(
+    model: LoadedCaptioner, cache_dir: str | Path | None, device: str = "cpu"
+) -> FeatureCache | None:
+    """The feature cache in ``cache_dir`` for a frozen encoder; None without a folder or for an encoder
+    that trains (its grids change with its weights)."""
+    encoder = model.net.encoder
+    if cache_dir is None or any(p.requires_grad for p in encoder.parameters()):
+        return None
+    return FeatureCache(encoder, cache_dir, device=device)
+
+
 def model_inputs(
     model: LoadedCaptioner, source: CaptionSource, feature_cache: FeatureCache | None
 ) -> Callable[[int], torch.Tensor]:
@@ -194,9 +205,7 @@ def evaluate_checkpoint(
     decoding = GenerationConfig.from_dict(model.decoding).replace(**(decoding or {})).to_dict()
     if decoding["num_return_sequences"] != 1:
         raise ValueError("evaluate scores one caption per image: decoding.num_return_sequences must be 1")
-    encoder = model.net.encoder
-    use_cache = cache_dir is not None and not any(p.requires_grad for p in encoder.parameters())
-    cache = FeatureCache(encoder, cache_dir, device=device) if use_cache else None
+    cache = frozen_feature_cache(model, cache_dir, device)
     reranker = None
     if rerank is not None:
         if memory_source is None:
