@@ -28,7 +28,7 @@ from captioning.data.tokenize import tokenize
 from captioning.decoding import GenerationConfig
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
 from captioning.inference.evaluation import build_source, frozen_feature_cache, model_inputs
-from captioning.inference.memory import CaptionMemory
+from captioning.inference.memory import CaptionMemory, pooled
 from captioning.inference.tuning import SplitScorer, held_out, score_setting
 from captioning.metrics.cider import CiderD
 from captioning.training.config import compose_config
@@ -61,6 +61,8 @@ def main() -> None:
             batches.append(
                 (indices, grids, reranker.candidates(model.net.decoder, grids, model.vocab, decoding))
             )
+            cosines = pooled(grids) @ memory.vectors.T  # (B, N)
+            likeness += cosines.topk(min(30, len(memory)), dim=-1).values.mean(-1).tolist()
     scorer, rows, chosen = SplitScorer(source), [], {}
     for k in [0, *args.neighbours]:
         reranker.config = dataclasses.replace(reranker.config, neighbours=k)
@@ -111,6 +113,7 @@ def by_likeness(source, batches, likeness: list[float], chosen: dict) -> list[di
     quarters = np.array_split(np.argsort(likeness), 4)  # least alike first
     return [
         {
+            "images": len(q),
             "mean_cosine": float(np.mean([likeness[i] for i in q])),
             **{name: float(s[q].mean()) for name, s in scores.items()},
         }
