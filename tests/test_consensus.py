@@ -181,6 +181,12 @@ def test_a_saved_memory_loads_as_it_was_and_a_bad_file_is_named(tmp_path):
     (tmp_path / "other.safetensors").write_bytes(b"not a memory")
     with pytest.raises(ValueError, match=r"other\.safetensors: not a caption memory"):
         CaptionMemory.load(tmp_path / "other.safetensors")
+    from safetensors.torch import save_file
+
+    meta = {"caption_memory": json.dumps({"captions": REFS})}  # no image ids
+    save_file({"vectors": torch.zeros(3, 6)}, str(tmp_path / "partial.safetensors"), meta)
+    with pytest.raises(ValueError, match=r"partial\.safetensors: not a caption memory .*image_ids"):
+        CaptionMemory.load(tmp_path / "partial.safetensors")
     with pytest.raises(ValueError, match=r"another encoder than m\.ckpt's \(they differ in grid\)"):
         memory.check_encoder({"grid": 3}, "m.ckpt")
 

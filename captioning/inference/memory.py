@@ -92,9 +92,9 @@ class CaptionMemory:
             with safe_open(str(path), framework="pt") as f:
                 meta = json.loads((f.metadata() or {})["caption_memory"])
                 vectors = f.get_tensor("vectors").float()
-        except (OSError, SafetensorError, KeyError, json.JSONDecodeError) as err:
+            return cls(vectors, meta["captions"], meta["image_ids"], meta["encoder"])
+        except (OSError, SafetensorError, KeyError, TypeError, ValueError) as err:  # JSONDecodeError too
             raise ValueError(f"{path}: not a caption memory saved by CaptionMemory.save ({err})") from None
-        return cls(vectors, meta["captions"], meta["image_ids"], meta["encoder"])
 
     def check_encoder(self, identity: dict, name: str = "the captioner") -> None:
         """Refuse queries from an encoder other than the memory's (their cosines would mean nothing)."""
