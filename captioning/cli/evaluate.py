@@ -3,7 +3,9 @@
 Decodes a split with a trained checkpoint, writes the COCO results file and a scores JSON, and prints
 BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (0-1 scale) with the decoding settings, SPICE
 when it can run (else why not), NLTK BLEU as a cross-check and, on synthetic scenes, attention grounding.
-Overrides compose conf/eval.yaml (its data group is conf/data/*, as in training).
+Overrides compose conf/eval.yaml (its data group is conf/data/*, as in training). ``rerank=consensus``
+keeps, among each checkpoint's beams and samples, the caption a CIDEr-D vote prefers (conf/rerank/
+consensus.yaml; the memory of nearest images is built from the data's training split).
 """
 
 from __future__ import annotations
