@@ -27,8 +27,7 @@ from captioning.checkpoints.ensemble import load_captioners
 from captioning.data.tokenize import tokenize
 from captioning.decoding import GenerationConfig
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
-from captioning.inference.evaluation import build_source, frozen_feature_cache, model_inputs
-from captioning.inference.memory import CaptionMemory, pooled
+from captioning.inference.evaluation import build_memory, build_source, frozen_feature_cache, model_inputs
 from captioning.inference.tuning import SplitScorer, held_out, score_setting
 from captioning.metrics.cider import CiderD
 from captioning.training.config import compose_config
@@ -48,7 +47,7 @@ def main() -> None:
     source, train = build_source(cfg.data, cfg.split), build_source(cfg.data, "train")
     model = load_captioners(args.checkpoint)
     cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
-    memory = CaptionMemory.build(model.net.encode, model_inputs(model, train, cache), train)
+    memory = build_memory(model, train, cache)
     reranker = ConsensusReranker(RerankConfig(), memory)
     decoding = GenerationConfig.from_dict(model.decoding)
     inputs = model_inputs(model, source, cache)
@@ -61,8 +60,7 @@ def main() -> None:
             batches.append(
                 (indices, grids, reranker.candidates(model.net.decoder, grids, model.vocab, decoding))
             )
-            cosines = pooled(grids) @ memory.vectors.T  # (B, N)
-            likeness += cosines.topk(min(30, len(memory)), dim=-1).values.mean(-1).tolist()
+            likeness += memory.cosines(grids).topk(min(30, len(memory)), dim=-1).values.mean(-1).tolist()
     scorer, rows, chosen = SplitScorer(source), [], {}
     for k in [0, *args.neighbours]:
         reranker.config = dataclasses.replace(reranker.config, neighbours=k)

@@ -31,10 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import load_captioner
-    from captioning.data.features import encoder_identity
     from captioning.errors import one_line, user_errors
-    from captioning.inference.evaluation import build_source, frozen_feature_cache, model_inputs
-    from captioning.inference.memory import CaptionMemory
+    from captioning.inference.evaluation import build_memory, build_source, frozen_feature_cache
     from captioning.training.config import compose_config
     from captioning.training.validate import check_eval_config
 
@@ -44,10 +42,7 @@ def run(args: argparse.Namespace) -> int:
         source = build_source(cfg.data, cfg.split)
         model = load_captioner(args.checkpoint)
         cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
-        memory = CaptionMemory.build(
-            model.net.encode, model_inputs(model, source, cache), source,
-            encoder=encoder_identity(model.net.encoder, model.image_size),
-        )  # fmt: skip
+        memory = build_memory(model, source, cache)
         memory.save(args.out)
     except (*user_errors(), ValueError, RuntimeError, OSError) as err:
         print(f"captioning memory: error: {one_line(err)}", file=sys.stderr)

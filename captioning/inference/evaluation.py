@@ -168,6 +168,16 @@ def model_inputs(
     return ImageLoader(source, model.image_size)
 
 
+def build_memory(
+    model: LoadedCaptioner, source: CaptionSource, feature_cache: FeatureCache | None
+) -> CaptionMemory:
+    """The caption memory of ``source`` (a training split) seen through ``model``'s encoder, with its identity."""
+    return CaptionMemory.build(
+        model.net.encode, model_inputs(model, source, feature_cache), source,
+        encoder=encoder_identity(model.net.encoder, model.image_size),
+    )  # fmt: skip
+
+
 def synthetic_grounding(decoded: Decoded, source: SyntheticSource) -> dict[str, float | int]:
     """Attention grounding of the decoded captions against the scenes' object boxes."""
     scenes = [source.scene(i) for i in decoded.indices]  # boxes are in pixels of each scene's canvas
@@ -210,10 +220,7 @@ def evaluate_checkpoint(
     if rerank is not None:
         if memory_source is None:
             raise ValueError("rerank needs a memory_source: the training split whose captions vote")
-        inputs = model_inputs(model, memory_source, cache)
-        identity = encoder_identity(model.net.encoder, model.image_size)
-        memory = CaptionMemory.build(model.net.encode, inputs, memory_source, encoder=identity)
-        reranker = ConsensusReranker(rerank, memory)
+        reranker = ConsensusReranker(rerank, build_memory(model, memory_source, cache))
     decoded = decode_source(model, source, decoding, batch_size, cache, reranker)
     decoded_ids = set(decoded.image_ids)  # unreadable images are left out of the scores (and reported)
     references = {

@@ -107,16 +107,20 @@ class CaptionMemory:
                 "build the memory with this captioner"
             )
 
-    def nearest(self, grids: Tensor, k: int, exclude: Sequence[Hashable] | None = None) -> list[list[int]]:
-        """Per query grid (B, L, D), the memory rows of its ``k`` nearest images, nearest first. A query's
-        own image (``exclude[b]``, an image id) is never its neighbour: evaluating on the memory's split
-        must not read the answers."""
+    def cosines(self, grids: Tensor) -> Tensor:
+        """(B, N): the cosine of each query grid (B, L, D), pooled, with every memory image."""
         if grids.shape[-1] != self.vectors.shape[-1]:
             raise ValueError(
                 f"caption memory: queries have D={grids.shape[-1]}, the memory D={self.vectors.shape[-1]}; "
                 "expected grids of the encoder the memory was built with"
             )
-        sim = pooled(grids) @ self.vectors.T  # (B, N) cosine
+        return pooled(grids) @ self.vectors.T  # (B, D) @ (D, N)
+
+    def nearest(self, grids: Tensor, k: int, exclude: Sequence[Hashable] | None = None) -> list[list[int]]:
+        """Per query grid (B, L, D), the memory rows of its ``k`` nearest images, nearest first. A query's
+        own image (``exclude[b]``, an image id) is never its neighbour: evaluating on the memory's split
+        must not read the answers."""
+        sim = self.cosines(grids)  # (B, N)
         if exclude is not None:
             where = {image_id: j for j, image_id in enumerate(self.image_ids)}
             for b, image_id in enumerate(exclude):
