@@ -2,7 +2,7 @@
 
     python scripts/bench_decode.py [--batch 32] [--length 20] [--beams 1 5] [--device cpu|cuda] [--bf16] [--threads N]
 
-Builds the decoder of conf/model/decoder/transformer.yaml (random weights: throughput does not depend
+Builds the decoder of captioning/conf/model/decoder/transformer.yaml (random weights: throughput does not depend
 on them) and decodes random encoder grids with greedy (beam 1) and beam search. <end> is disabled so
 every caption runs the full ``--length`` steps, making the two paths do the same number of steps.
 The uncached path recomputes the whole prefix (and the cross-attention keys/values) at every step.
@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from captioning.decoding import beam_search, greedy
 from captioning.models.decoders.transformer import TransformerDecoder
 
-CONFIG = Path(__file__).resolve().parents[1] / "conf" / "model" / "decoder" / "transformer.yaml"
+CONFIG = Path(__file__).resolve().parents[1] / "captioning" / "conf" / "model" / "decoder" / "transformer.yaml"
 NO_END = -1  # an id no token has: decoding always runs to max_new_tokens
 
 

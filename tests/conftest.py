@@ -17,13 +17,13 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 torch.set_num_threads(2)
 
 REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
+CONF = REPO / "captioning" / "conf"
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 DECODERS = sorted(p.stem for p in (CONF / "model" / "decoder").glob("*.yaml"))
 ATTENTIONS = sorted(p.stem for p in (CONF / "model" / "decoder" / "attention").glob("*.yaml"))
 
-# conf/debug/tiny.yaml: small enough that a Lightning run of a few steps takes seconds on 2 CPU cores.
+# captioning/conf/debug/tiny.yaml: small enough that a Lightning run of a few steps takes seconds on 2 CPU cores.
 TINY = ["debug=tiny"]
 
 

@@ -7,7 +7,7 @@ from conftest import ATTENTIONS, CONF
 
 
 def build_attention(name: str, feature_dim: int = 8, query_dim: int = 6):
-    """The layer of conf/model/decoder/attention/<name>.yaml: a partial, given its sizes as a decoder would."""
+    """The layer of captioning/conf/model/decoder/attention/<name>.yaml: a partial, given its sizes as a decoder would."""
     cfg = OmegaConf.load(CONF / "model" / "decoder" / "attention" / f"{name}.yaml")
     return hydra.utils.instantiate(cfg)(feature_dim=feature_dim, query_dim=query_dim)
 

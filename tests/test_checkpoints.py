@@ -214,7 +214,7 @@ def test_read_checkpoint_gives_plain_data_only(good: Path) -> None:
 
 
 def test_every_model_config_names_a_registered_class() -> None:
-    """Whatever conf/model/ can build, a checkpoint of it can be rebuilt (the registry is closed)."""
+    """Whatever captioning/conf/model/ can build, a checkpoint of it can be rebuilt (the registry is closed)."""
     from omegaconf import OmegaConf
 
     from captioning.models.registry import MODEL_CLASSES
@@ -232,7 +232,7 @@ def test_every_model_config_names_a_registered_class() -> None:
 
 @pytest.mark.parametrize("decoder", DECODERS)
 def test_every_decoder_config_round_trips_through_a_checkpoint(tmp_path, decoder) -> None:
-    """Whatever conf/model/decoder/ builds, a checkpoint of it loads (sizes, indices such as the
+    """Whatever captioning/conf/model/decoder/ builds, a checkpoint of it loads (sizes, indices such as the
     Transformer's attention_layer=-1, partial attention layers) and gives the same network."""
     path = write_checkpoint(tmp_path / f"{decoder}.ckpt", extra=[f"model/decoder={decoder}"])
     loaded = load_captioner(path)

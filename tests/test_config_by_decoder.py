@@ -1,4 +1,4 @@
-"""What conf/train.yaml composes per decoder: recipe/<decoder>.yaml (optimiser settings) and
+"""What captioning/conf/train.yaml composes per decoder: recipe/<decoder>.yaml (optimiser settings) and
 scoring/decoder/<data>_<decoder>.yaml (one decoder's checkpoint selection on one data set)."""
 
 from pathlib import Path
@@ -10,7 +10,7 @@ from captioning.training.build import build_model
 
 from conftest import TINY, compose_train
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[1] / "captioning" / "conf"
 DECODERS = sorted(p.stem for p in (CONF / "model" / "decoder").glob("*.yaml"))
 DATA = sorted(p.stem for p in (CONF / "data").glob("*.yaml"))
 
@@ -53,8 +53,8 @@ def test_every_per_decoder_file_is_named_after_configs_that_exist():
     for path in (CONF / "recipe").glob("*.yaml"):
         assert path.stem in DECODERS, f"{path}: no model/decoder/{path.stem}.yaml"
     pairs = [path.stem for path in (CONF / "scoring" / "decoder").glob("*.yaml")]
-    assert pairs, "conf/scoring/decoder holds no file"
+    assert pairs, "captioning/conf/scoring/decoder holds no file"
     for pair in pairs:
         assert any(pair == f"{data}_{decoder}" for data in DATA for decoder in DECODERS), (
-            f"conf/scoring/decoder/{pair}.yaml is not <data>_<decoder> of existing configs"
+            f"captioning/conf/scoring/decoder/{pair}.yaml is not <data>_<decoder> of existing configs"
         )

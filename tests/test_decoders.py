@@ -1,4 +1,4 @@
-"""Every decoder option in conf/model/decoder is built from its config and checked the same way."""
+"""Every decoder option in captioning/conf/model/decoder is built from its config and checked the same way."""
 
 import math
 from functools import partial

@@ -369,7 +369,7 @@ def test_lite_recognises_dogs_in_flickr8k_photos(lite_classifier: EfficientNetLi
 
 
 def _config(name: str):
-    return OmegaConf.load(REPO / "conf" / "model" / "encoder" / f"{name}.yaml")
+    return OmegaConf.load(REPO / "captioning" / "conf" / "model" / "encoder" / f"{name}.yaml")
 
 
 def test_configs_instantiate_the_documented_encoders() -> None:

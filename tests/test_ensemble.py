@@ -20,7 +20,7 @@ from corpus import build_module, checkpoint_dict
 from helpers import build_net, random_batch
 
 
-def _members(names=DECODERS):  # every decoder config of conf/model/decoder/, over the same grid
+def _members(names=DECODERS):  # every decoder config of captioning/conf/model/decoder/, over the same grid
     nets = [build_net(name, seed=i) for i, name in enumerate(names)]
     return [net.decoder.eval() for net in nets], nets[0]
 

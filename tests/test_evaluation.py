@@ -43,7 +43,7 @@ def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, t
     scores = json.loads((out / "scores.json").read_text())
     assert scores["scale"] == "0-1" and scores["tokenizer"] == "ptb" and scores["num_images"] == 8
     stored = load_captioner(tiny_checkpoint).decoding["num_beams"]
-    assert scores["decoding"]["num_beams"] == stored  # conf/eval.yaml's null: the checkpoint's own
+    assert scores["decoding"]["num_beams"] == stored  # captioning/conf/eval.yaml's null: the checkpoint's own
     assert set(TOOLKIT) <= set(scores["scores"])
     assert "SPICE" in scores["scores"] or "SPICE" in scores["skipped"]
     assert all(0.0 <= scores["scores"][m] <= 1.0 for m in TOOLKIT if m != "CIDEr")

@@ -1,5 +1,5 @@
 """Validation on synthetic scenes scores objects named right, grounding and their product, and keeps the
-checkpoint with the best product (captioning.metrics.scenes, conf/scoring/synthetic.yaml)."""
+checkpoint with the best product (captioning.metrics.scenes, captioning/conf/scoring/synthetic.yaml)."""
 
 import csv
 import math

@@ -163,7 +163,7 @@ def test_offline_wandb_run_holds_metrics_config_table_and_overlays(wandb_home):
                     for item in r.summary.update
                 }
             )
-    # (the synthetic scenes' monitor is val/scene_score: conf/scoring/synthetic.yaml)
+    # (the synthetic scenes' monitor is val/scene_score: captioning/conf/scoring/synthetic.yaml)
     monitored = header.index("val/scene_score")
     csv_scene_score = [float(r.split(",")[monitored]) for r in csv_rows[1:] if r.split(",")[monitored]]
     assert len(csv_scene_score) == 2

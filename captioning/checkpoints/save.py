@@ -12,7 +12,7 @@ when it does not (tmpfs, a node-local disk) the move is a copy then a delete, wh
 with the target half-copied. Nothing is fsync'ed either, so after a power loss the renamed file can be
 empty. Remote paths (``s3://`` ...) keep Lightning's path: an object upload is all-or-nothing.
 
-Wired in by the trainer config (``conf/trainer/cpu.yaml``)::
+Wired in by the trainer config (``captioning/conf/trainer/cpu.yaml``)::
 
     plugins:
       - _target_: captioning.checkpoints.save.AtomicCheckpointIO

@@ -3,8 +3,8 @@
 Decodes a split with a trained checkpoint, writes the COCO results file and a scores JSON, and prints
 BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (0-1 scale) with the decoding settings, SPICE
 when it can run (else why not), NLTK BLEU as a cross-check and, on synthetic scenes, attention grounding.
-Overrides compose conf/eval.yaml (its data group is conf/data/*, as in training). ``rerank=consensus``
-keeps, among each checkpoint's beams and samples, the caption a CIDEr-D vote prefers (conf/rerank/
+Overrides compose captioning/conf/eval.yaml (its data group is captioning/conf/data/*, as in training). ``rerank=consensus``
+keeps, among each checkpoint's beams and samples, the caption a CIDEr-D vote prefers (captioning/conf/rerank/
 consensus.yaml; the memory of nearest images is built from the data's training split).
 """
 
@@ -40,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="where results.json and scores.json go (default: "
         "outputs/evaluate/<checkpoint stem>/<data>-<split>-beam<K>)",
     )
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/eval.yaml, e.g. data=flickr8k")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k")
     return parser
 
 

@@ -3,7 +3,7 @@
 Builds the caption memory consensus reranking reads (``captioning.inference.memory``): every image of a
 split (default: train) through the checkpoint's encoder (the feature cache's grids for a frozen one),
 pooled, beside its reference captions. ``captioning caption IMG --checkpoint CKPT --rerank MEMORY`` then
-reranks without the data set. Overrides compose conf/eval.yaml, as ``captioning evaluate``.
+reranks without the data set. Overrides compose captioning/conf/eval.yaml, as ``captioning evaluate``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--checkpoint", required=True, type=path_arg, help="the .ckpt or .safetensors to rerank for"
     )
     parser.add_argument("--out", required=True, type=path_arg, help="the memory file to write (.safetensors)")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/eval.yaml, e.g. data=flickr8k")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k")
     return parser
 
 

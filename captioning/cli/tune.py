@@ -1,7 +1,7 @@
 """``captioning tune --checkpoint CKPT [--checkpoint CKPT ...] [overrides] [--num-beams 3 5] [--length-penalty 0 0.5 1]
 [--no-repeat-ngram-size 0 3] [--write]`` (overrides before the list flags, which take every value after them)
 
-Decodes the dev split (``split=val``, composing conf/eval.yaml like ``captioning evaluate``) once per
+Decodes the dev split (``split=val``, composing captioning/conf/eval.yaml like ``captioning evaluate``) once per
 setting of the grid, scores each by CIDEr-D, prints the table with the held-out check (chosen on one half
 of the images, reported on the other) and writes ``tuning.json``; ``--write`` stores the best setting as
 the checkpoint's (or export's) decoding defaults, which ``caption``, ``evaluate`` and the API then use.
@@ -46,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--out", type=path_arg, default=None, help="tuning.json (default: beside the evaluations)"
     )
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides of conf/eval.yaml, e.g. data=flickr8k")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k")
     return parser
 
 

@@ -2,7 +2,7 @@
 
 BLEU saturates on the scenes long before the captions bind every attribute to the right object, and it
 says nothing about where a hard-attention decoder looks. These are the scores a synthetic run should be
-judged and checkpointed by (``model.val_metrics`` names them, ``conf/scoring/synthetic.yaml`` monitors
+judged and checkpointed by (``model.val_metrics`` names them, ``captioning/conf/scoring/synthetic.yaml`` monitors
 ``val/scene_score``):
 
     objects      object accuracy (captioning.metrics.objects): objects named right / scene objects

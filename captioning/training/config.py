@@ -7,11 +7,11 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")  # the repository's conf/ (editable install)
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # captioning/conf/, shipped inside the package
 
 
 def compose_config(config_name: str, overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
-    """Compose ``conf/<config_name>.yaml`` with Hydra overrides, outside a Hydra run.
+    """Compose ``captioning/conf/<config_name>.yaml`` with Hydra overrides, outside a Hydra run.
 
     Returns the config (without Hydra's own node) and the chosen option of every config group
     (``{"data": "flickr8k", "model/decoder": "soft", ...}``).

@@ -23,14 +23,14 @@ from captioning.training.typecheck import type_problems
 
 SYNTHETIC_SOURCE = "captioning.data.sources.SyntheticSource"  # the one source with scenes (val scores)
 
-# What conf/train.yaml composes at the top; anything else (`+foo=1`) would be silently ignored.
+# What captioning/conf/train.yaml composes at the top; anything else (`+foo=1`) would be silently ignored.
 TOP_LEVEL_KEYS = frozenset(
     {"paths", "data", "model", "trainer", "logger", "callbacks", "seed", "run_test", "output_dir", "ckpt_path",
      "init_from", "hydra"}
 )  # fmt: skip
 
 
-# What conf/eval.yaml composes at the top (`captioning evaluate`).
+# What captioning/conf/eval.yaml composes at the top (`captioning evaluate`).
 EVAL_KEYS = frozenset(
     {
         "paths",
