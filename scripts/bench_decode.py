@@ -22,7 +22,9 @@ from omegaconf import OmegaConf
 from captioning.decoding import beam_search, greedy
 from captioning.models.decoders.transformer import TransformerDecoder
 
-CONFIG = Path(__file__).resolve().parents[1] / "captioning" / "conf" / "model" / "decoder" / "transformer.yaml"
+CONFIG = (
+    Path(__file__).resolve().parents[1] / "captioning" / "conf" / "model" / "decoder" / "transformer.yaml"
+)
 NO_END = -1  # an id no token has: decoding always runs to max_new_tokens
 
 

@@ -40,7 +40,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="where results.json and scores.json go (default: "
         "outputs/evaluate/<checkpoint stem>/<data>-<split>-beam<K>)",
     )
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k"
+    )
     return parser
 
 

@@ -25,7 +25,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--checkpoint", required=True, type=path_arg, help="the .ckpt or .safetensors to rerank for"
     )
     parser.add_argument("--out", required=True, type=path_arg, help="the memory file to write (.safetensors)")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k"
+    )
     return parser
 
 

@@ -46,7 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "--out", type=path_arg, default=None, help="tuning.json (default: beside the evaluations)"
     )
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k"
+    )
     return parser
 
 
