@@ -1,0 +1,191 @@
+"""Paired bootstrap confidence intervals for differences in corpus BLEU-4 and CIDEr-D between systems.
+
+Two systems captioned the same images; is one really better, or is the difference the luck of which
+images the split holds? Resample the images with replacement (Koehn 2004; Efron & Tibshirani 1993),
+recompute each corpus metric on the resample for both systems, and read the interval of the difference
+off its percentiles. Paired: both systems are scored on the same resample, so the images' difficulty
+cancels.
+
+Corpus metrics are not means over images, so each image keeps *sufficient statistics* from which the
+corpus score of any resample is rebuilt exactly:
+- BLEU-4 (Papineni et al. 2002, as pycocoevalcap computes it: brevity against the closest reference
+  length): per image the hypothesis length, the chosen reference length, and for n = 1..4 the clipped
+  matches and the n-gram count. Corpus BLEU-4 = BP · (Π_n Σmatches_n / Σcount_n)^(1/4), with
+  BP = exp(1 - r/c) when c < r (c, r: summed hypothesis and reference lengths).
+- CIDEr-D (Vedantam et al. 2015): a mean of per-image scores, with the document frequencies of the whole
+  reference set (held fixed under resampling: the standard, slightly conservative choice).
+
+The statistics come from pycocoevalcap's own scorers, and the test checks the full-set values equal
+``Bleu().compute_score`` / ``Cider().compute_score`` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pycocoevalcap.bleu.bleu_scorer import BleuScorer
+from pycocoevalcap.cider.cider import Cider
+
+_TINY, _SMALL = 1e-15, 1e-9  # pycocoevalcap's guards against empty counts (bleu_scorer.py)
+
+
+@dataclass(frozen=True)
+class ImageStats:
+    """Per-image sufficient statistics of one system on one image set (rows in ``ids`` order)."""
+
+    ids: tuple[Hashable, ...]
+    hyp_len: np.ndarray  # (N,) hypothesis length in tokens
+    ref_len: np.ndarray  # (N,) the reference length closest to it
+    matches: np.ndarray  # (N, 4) clipped n-gram matches, n = 1..4
+    counts: np.ndarray  # (N, 4) n-grams in the hypothesis
+    cider: np.ndarray  # (N,) CIDEr-D of each image (toolkit scale: 0-10)
+
+    def bleu4(self, index: np.ndarray | None = None) -> float:
+        """Corpus BLEU-4 of the images at ``index`` (all when None; repeats count, as in a resample)."""
+        return float(_bleu4(*(a if index is None else a[index] for a in self._bleu_arrays()))[0])
+
+    def _bleu_arrays(self) -> tuple[np.ndarray, ...]:
+        return self.hyp_len, self.ref_len, self.matches, self.counts
+
+
+def _bleu4(hyp_len: np.ndarray, ref_len: np.ndarray, matches: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Corpus BLEU-4 from statistics summed over the image axis -2 (leading axes: resamples)."""
+    c, r = hyp_len.sum(-1), ref_len.sum(-1)  # (...,)
+    precisions = (matches.sum(-2) + _TINY) / (counts.sum(-2) + _SMALL)  # (..., 4)
+    bleu = np.prod(precisions, axis=-1) ** 0.25  # geometric mean of p_1..p_4
+    ratio = (c + _TINY) / (r + _SMALL)
+    brevity = np.where(ratio < 1, np.exp(1 - 1 / np.maximum(ratio, _TINY)), 1.0)
+    return np.atleast_1d(bleu * brevity)
+
+
+def image_stats(
+    references: Mapping[Hashable, Sequence[str]], hypotheses: Mapping[Hashable, str]
+) -> ImageStats:
+    """Statistics of ``hypotheses`` (id -> one tokenised caption) against ``references`` (id -> tokenised
+    captions), both already tokenised as the toolkit does (``captioning.metrics.coco.tokenize_captions``)."""
+    missing = sorted(map(str, set(references) - set(hypotheses)))
+    if missing:
+        raise ValueError(f"{len(missing)} images have references but no hypothesis, e.g. {missing[:3]}")
+    ids = tuple(references)
+    scorer = BleuScorer(n=4)
+    for i in ids:
+        scorer += (hypotheses[i], list(references[i]))
+    rows = []
+    for cooked in scorer.ctest:  # cook_test's per-sentence counts; reference lengths chosen as "closest"
+        ref = min((abs(length - cooked["testlen"]), length) for length in cooked["reflen"])[1]
+        rows.append((cooked["testlen"], ref, cooked["correct"], cooked["guess"]))
+    hyp_len, ref_len, matches, counts = (np.array(col, dtype=np.float64) for col in zip(*rows))
+    _, cider = Cider().compute_score({i: list(references[i]) for i in ids}, {i: [hypotheses[i]] for i in ids})
+    return ImageStats(ids, hyp_len, ref_len, matches, counts, np.asarray(cider, dtype=np.float64))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``b - a`` on the full set and its paired-bootstrap percentile interval."""
+
+    metric: str
+    a: float
+    b: float
+    delta: float
+    low: float
+    high: float
+    p_b_not_better: float  # fraction of resamples with delta <= 0 (one-sided bootstrap p for "b > a")
+    resamples: int
+    confidence: float
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 0."""
+        return self.low > 0 or self.high < 0
+
+
+def _aligned(a: ImageStats, b: ImageStats) -> ImageStats:
+    if a.ids == b.ids:
+        return b
+    if set(a.ids) != set(b.ids):
+        raise ValueError(f"paired bootstrap needs the same images: {len(set(a.ids) ^ set(b.ids))} ids differ")
+    order = {i: k for k, i in enumerate(b.ids)}
+    index = np.array([order[i] for i in a.ids])
+    return ImageStats(a.ids, *(x[index] for x in (b.hyp_len, b.ref_len, b.matches, b.counts, b.cider)))
+
+
+def paired_bootstrap(
+    a: ImageStats,
+    b: ImageStats,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Difference]:
+    """Bootstrap intervals of ``b - a`` for BLEU-4 and CIDEr-D, resampling the images (paired)."""
+    if resamples < 100:
+        raise ValueError(f"resamples={resamples}: expected >= 100 for a percentile interval")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence={confidence}: expected a value in (0, 1)")
+    b = _aligned(a, b)
+    n = len(a.ids)
+    index = np.random.default_rng(seed).integers(0, n, size=(resamples, n))  # (R, N) image draws
+    tail = (1 - confidence) / 2 * 100
+    out = {}
+    for metric in ("Bleu_4", "CIDEr"):
+        if metric == "Bleu_4":
+            full = a.bleu4(), b.bleu4()
+            sa = _bleu4(*(x[index] for x in a._bleu_arrays()))  # (R,)
+            sb = _bleu4(*(x[index] for x in b._bleu_arrays()))
+        else:
+            full = float(a.cider.mean()), float(b.cider.mean())
+            sa, sb = a.cider[index].mean(-1), b.cider[index].mean(-1)  # (R,)
+        deltas = sb - sa
+        low, high = np.percentile(deltas, [tail, 100 - tail])
+        out[metric] = Difference(
+            metric, full[0], full[1], full[1] - full[0], float(low), float(high),
+            float(np.mean(deltas <= 0)), resamples, confidence,
+        )  # fmt: skip
+    return out
+
+
+def pooled(stats: Sequence[ImageStats]) -> ImageStats:
+    """Several runs (seeds) of one system as one: per image, BLEU statistics summed and CIDEr-D averaged,
+    so a bootstrap over images compares systems averaged over their seeds."""
+    if not stats:
+        raise ValueError("pooled: no runs")
+    first = stats[0]
+    aligned = [first, *(_aligned(first, s) for s in stats[1:])]
+    return ImageStats(
+        first.ids,
+        sum(s.hyp_len for s in aligned),
+        sum(s.ref_len for s in aligned),
+        sum(s.matches for s in aligned),
+        sum(s.counts for s in aligned),
+        np.mean([s.cider for s in aligned], axis=0),
+    )
+
+
+# Student's t 97.5% quantiles by degrees of freedom (two-sided 95%), so seeds' intervals need no scipy.
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}  # between rows: the lower row's (wider) value
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean, sample std and the half-width of the 95% Student-t interval of the mean over seeds
+    (std and half-width NaN for fewer than 2 values)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return (float(x.mean()) if len(x) else math.nan), math.nan, math.nan
+    std = float(x.std(ddof=1))
+    return float(x.mean()), std, _T975[max(k for k in _T975 if k <= len(x) - 1)] * std / math.sqrt(len(x))

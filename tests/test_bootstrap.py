@@ -1,0 +1,116 @@
+"""Paired bootstrap of corpus BLEU-4 / CIDEr-D differences (captioning.metrics.bootstrap), checked against
+pycocoevalcap's own corpus scores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pycocoevalcap.bleu.bleu import Bleu
+from pycocoevalcap.cider.cider import Cider
+
+from captioning.metrics.bootstrap import image_stats, mean_ci, paired_bootstrap, pooled
+
+WORDS = [
+    "a",
+    "dog",
+    "cat",
+    "man",
+    "woman",
+    "runs",
+    "sits",
+    "on",
+    "the",
+    "grass",
+    "beach",
+    "red",
+    "blue",
+    "ball",
+    "plays",
+    "with",
+    "in",
+    "water",
+]
+
+
+def corpus(seed: int, n: int = 60) -> tuple[dict, dict, dict]:
+    """References (5 per image) and two systems: ``good`` copies a reference with noise, ``bad`` is
+    shorter and noisier."""
+    rng = np.random.default_rng(seed)
+    refs, good, bad = {}, {}, {}
+    for i in range(n):
+        refs[i] = [" ".join(rng.choice(WORDS, size=rng.integers(5, 11))) for _ in range(5)]
+        words = refs[i][0].split()
+        good[i] = " ".join(w if rng.random() < 0.8 else str(rng.choice(WORDS)) for w in words)
+        bad[i] = " ".join(w if rng.random() < 0.4 else str(rng.choice(WORDS)) for w in words[:4])
+    return refs, good, bad
+
+
+def test_full_set_scores_equal_the_toolkit():
+    refs, good, _ = corpus(0)
+    stats = image_stats(refs, good)
+    bleu, _ = Bleu(4).compute_score(refs, {i: [c] for i, c in good.items()})
+    cider, per_image = Cider().compute_score(refs, {i: [c] for i, c in good.items()})
+    assert stats.bleu4() == pytest.approx(bleu[3], rel=1e-12)
+    assert stats.cider.mean() == pytest.approx(cider, rel=1e-12)
+    np.testing.assert_allclose(stats.cider, per_image)
+
+
+def test_resample_bleu_is_the_toolkit_on_the_resampled_corpus():
+    """A resample with repeats is scored exactly as the toolkit scores the repeated corpus."""
+    refs, good, _ = corpus(1, n=20)
+    stats = image_stats(refs, good)
+    index = np.random.default_rng(3).integers(0, 20, size=20)
+    r_refs = {k: refs[stats.ids[j]] for k, j in enumerate(index)}
+    r_hyp = {k: [good[stats.ids[j]]] for k, j in enumerate(index)}
+    bleu, _ = Bleu(4).compute_score(r_refs, r_hyp)
+    assert stats.bleu4(index) == pytest.approx(bleu[3], rel=1e-12)
+
+
+def test_identical_systems_differ_by_exactly_zero():
+    refs, good, _ = corpus(2)
+    a = image_stats(refs, good)
+    diff = paired_bootstrap(a, a, resamples=200)
+    for d in diff.values():
+        assert d.delta == 0 and d.low == 0 and d.high == 0 and not d.significant
+        assert d.p_b_not_better == 1.0
+
+
+def test_a_clearly_better_system_has_an_interval_above_zero_and_order_matters():
+    refs, good, bad = corpus(3)
+    worse, better = image_stats(refs, bad), image_stats(refs, good)
+    up = paired_bootstrap(worse, better, resamples=500, seed=1)
+    down = paired_bootstrap(better, worse, resamples=500, seed=1)
+    for metric in ("Bleu_4", "CIDEr"):
+        assert up[metric].low > 0 and up[metric].significant and up[metric].p_b_not_better == 0
+        assert down[metric].high < 0
+        assert down[metric].delta == pytest.approx(-up[metric].delta)
+        assert up[metric].low <= up[metric].delta <= up[metric].high
+
+
+def test_pairs_by_image_id_not_by_position():
+    refs, good, bad = corpus(4, n=30)
+    a = image_stats(refs, good)
+    b = image_stats(dict(reversed(list(refs.items()))), good)  # same system, other order
+    diff = paired_bootstrap(a, b, resamples=100)
+    assert diff["CIDEr"].delta == pytest.approx(0, abs=1e-12) and diff["CIDEr"].high == pytest.approx(0)
+    with pytest.raises(ValueError, match="ids differ"):
+        paired_bootstrap(a, image_stats({k: refs[k] for k in list(refs)[:10]}, good), resamples=100)
+
+
+def test_pooled_seeds_and_bad_arguments():
+    refs, good, bad = corpus(5, n=25)
+    a, b = image_stats(refs, good), image_stats(refs, bad)
+    both = pooled([a, b])
+    np.testing.assert_allclose(both.cider, (a.cider + b.cider) / 2)
+    assert both.matches.sum() == a.matches.sum() + b.matches.sum()
+    with pytest.raises(ValueError, match="resamples=10"):
+        paired_bootstrap(a, b, resamples=10)
+    with pytest.raises(ValueError, match="no hypothesis"):
+        image_stats(refs, {k: v for k, v in good.items() if k != 0})
+
+
+def test_mean_ci_over_seeds():
+    mean, std, half = mean_ci([0.50, 0.52, 0.54])
+    assert mean == pytest.approx(0.52) and std == pytest.approx(0.02)
+    assert half == pytest.approx(4.303 * 0.02 / 3**0.5)
+    assert np.isnan(mean_ci([0.5])[2])
