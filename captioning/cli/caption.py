@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from captioning.cli.runtime import path_arg
+from captioning.cli.runtime import checkpoint_arg, path_arg
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 GLOB_CHARS = set("*?[")
@@ -92,7 +92,7 @@ def add_parser(subparsers) -> None:
         "--checkpoint",
         required=True,
         action="append",
-        type=path_arg,
+        type=checkpoint_arg,
         help="a .ckpt or an exported .safetensors; given more than once, their ensemble (the mean of their "
         "next-word distributions; they must share the vocabulary and a frozen encoder)",
     )

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from captioning.cli.runtime import path_arg
+from captioning.cli.runtime import checkpoint_arg, path_arg
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -28,7 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--checkpoint",
         required=True,
         action="append",
-        type=path_arg,
+        type=checkpoint_arg,
         help="a .ckpt of captioning-train or a .safetensors export; given more than once (--checkpoint A "
         "--checkpoint B), their ensemble: the mean of their next-word distributions (they must share the "
         "vocabulary and a frozen encoder)",

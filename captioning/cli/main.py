@@ -1,4 +1,4 @@
-"""``captioning`` command: sub-commands caption, evaluate, score, export, demo, plot, tune, memory.
+"""``captioning`` command: sub-commands caption, evaluate, score, export, demo, plot, tune, memory, models.
 
 Only argparse and the sub-command modules (which import nothing heavy at module level) load before a
 command runs, so ``captioning --help`` answers at once; torch, Lightning and Hydra load in ``run``."""
@@ -13,8 +13,7 @@ from captioning.cli.runtime import configure_process
 
 configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE offline unless set
 
-from captioning import __version__  # noqa: E402
-from captioning.cli import caption, demo, evaluate, export, memory, plot, score, tune  # noqa: E402
+from captioning.cli import caption, demo, evaluate, export, memory, models, plot, score, tune  # noqa: E402
 
 SUBCOMMANDS = {
     "caption": caption,
@@ -25,12 +24,26 @@ SUBCOMMANDS = {
     "plot": plot,
     "tune": tune,
     "memory": memory,
+    "models": models,
 }
+
+
+def version() -> str:
+    """The installed distribution's version (its metadata), else the source tree's ``__version__``."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version("captioning")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from captioning import __version__
+
+        return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="captioning", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"captioning {__version__}")
+    parser.add_argument("--version", action="version", version=f"captioning {version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS.values():
         module.add_parser(subparsers)

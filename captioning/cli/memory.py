@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from captioning.cli.runtime import path_arg
+from captioning.cli.runtime import checkpoint_arg, path_arg
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -22,9 +22,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--checkpoint", required=True, type=path_arg, help="the .ckpt or .safetensors to rerank for"
+        "--checkpoint", required=True, type=checkpoint_arg, help="the .ckpt or .safetensors to rerank for"
     )
-    parser.add_argument("--out", required=True, type=path_arg, help="the memory file to write (.safetensors)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=path_arg,
+        help="the memory file to write (.safetensors), checked before the build: an earlier memory there is "
+        "replaced, never the checkpoint, another model file or a device; a missing folder is created",
+    )
     parser.add_argument(
         "overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k"
     )
@@ -37,15 +43,23 @@ def run(args: argparse.Namespace) -> int:
     from captioning.inference.evaluation import build_memory, build_source, frozen_feature_cache
     from captioning.training.config import compose_config
     from captioning.training.validate import check_eval_config
+    from captioning.writes import MEMORY, output
 
     try:
+        out = output(  # before the build: an unusable --out would lose it all (captioning/writes.py)
+            args.out,
+            "the caption memory",
+            flag="--out",
+            inputs={args.checkpoint: "the checkpoint the memory is built with (--checkpoint)"},
+            kind=MEMORY,
+        )
         cfg, _ = compose_config("eval", ["split=train", *args.overrides])
         check_eval_config(cfg)
         source = build_source(cfg.data, cfg.split)
         model = load_captioner(args.checkpoint)
         cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
         memory = build_memory(model, source, cache)
-        memory.save(args.out)
+        memory.save(out)
     except (*user_errors(), ValueError, RuntimeError, OSError) as err:
         print(f"captioning memory: error: {one_line(err)}", file=sys.stderr)
         return 2

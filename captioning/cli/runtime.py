@@ -75,3 +75,15 @@ def path_arg(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty string is not a file path (an unset variable?)")
     return Path(text)
+
+
+def checkpoint_arg(text: str) -> Path:
+    """argparse ``type`` of every ``--checkpoint``: a file path, or the name of a zoo model
+    (``captioning models``), resolved to its file and SHA-256 checked (captioning/zoo.py)."""
+    from captioning.zoo import ZooError, checkpoint_path
+
+    path_arg(text)  # an empty string is no file and no name
+    try:
+        return checkpoint_path(text)
+    except ZooError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from captioning.cli.runtime import path_arg
+from captioning.cli.runtime import checkpoint_arg, path_arg
+from captioning.writes import Output, output, replaceable_in_place
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--checkpoint",
         required=True,
         action="append",
-        type=path_arg,
+        type=checkpoint_arg,
         help="a .ckpt or an exported .safetensors; given more than once, their ensemble (tuned, not --write)",
     )
     parser.add_argument("--num-beams", type=int, nargs="+", default=[3, 5])
@@ -42,9 +42,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="hard-attention models: also search the context read at inference (default: the stored one)",
     )
-    parser.add_argument("--write", action="store_true", help="store the best setting in the checkpoint")
     parser.add_argument(
-        "--out", type=path_arg, default=None, help="tuning.json (default: beside the evaluations)"
+        "--write",
+        action="store_true",
+        help="store the best setting in the checkpoint (replaced atomically; a symbolic link is kept and the "
+        "file it points to rewritten)",
+    )
+    parser.add_argument(
+        "--out",
+        type=path_arg,
+        default=None,
+        help="tuning.json (default: outputs/tune/...); never a checkpoint, an input or a device",
     )
     parser.add_argument(
         "overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k"
@@ -68,27 +76,23 @@ def _table(rows, chosen) -> str:
     return "\n".join(lines)
 
 
-def _check_outputs(args: argparse.Namespace) -> None:
-    """``--out`` must be a file path whose folder can be written; ``--write`` needs a replaceable
-    checkpoint (its folder holds the temp file)."""
-    from captioning.data.files import folder_problem
-
-    if args.out is not None:
-        if args.out.is_dir():
-            raise ValueError(f"--out {args.out}: is a folder; expected the path of the JSON file to write")
-        problem = folder_problem(args.out.parent)
-        if problem:
-            raise ValueError(f"--out {args.out}: {problem}")
+def _check_outputs(args: argparse.Namespace, default_out: Path) -> tuple[Output, Path | None]:
+    """Before the grid runs (an unusable path would lose it all): the JSON output, never over a
+    checkpoint, an input or a device (captioning/writes.py), and the file ``--write`` rewrites: the
+    checkpoint itself, or through a symbolic link the file it points to (the link is kept)."""
+    inputs = {c: f"a checkpoint being tuned (--checkpoint {c})" for c in args.checkpoint}
+    flag = "--out" if args.out is not None else "the default output"
+    out = output(args.out or default_out, "the tuning results (JSON)", flag=flag, inputs=inputs)
     if args.write and len(args.checkpoint) > 1:
         raise ValueError(
             f"--write: an ensemble of {len(args.checkpoint)} checkpoints has no one file to store its decoding "
             "in; tune it without --write and pass the chosen options when decoding"
         )
-    checkpoint = args.checkpoint[0]
-    if args.write and checkpoint.is_file():
-        folder = checkpoint.parent
-        if not (os.access(checkpoint, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)):
-            raise ValueError(f"--write: {checkpoint} cannot be replaced (it or its folder is not writable)")
+    if not args.write:
+        return out, None
+    if not args.checkpoint[0].exists():  # loading it names what is wrong
+        return out, args.checkpoint[0]
+    return out, replaceable_in_place(args.checkpoint[0], "the checkpoint", flag="--write: --checkpoint")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
                 check_option(name, value)
         cfg, choices = compose_config("eval", ["split=val", *args.overrides])
         check_eval_config(cfg)
-        _check_outputs(args)  # before the grid runs: an unusable --out or --write would lose it all
+        default_out = (
+            Path("outputs") / "tune" / members_stem(args.checkpoint) / f"{choices['data']}-{cfg.split}.json"
+        )
+        out, write_target = _check_outputs(args, default_out)  # before the grid: its work would be lost
         source = build_source(cfg.data, cfg.split)
         if len(source) < 2:  # the choice is checked on a held-out half: each half needs an image
             raise ValueError(f"the {cfg.split} split has {len(source)} image(s); tuning needs at least 2")
@@ -155,10 +162,6 @@ def run(args: argparse.Namespace) -> int:
     print(_table(rows, chosen))
     for name, entry in check.items():
         print(f"held out, {name.replace('_', ' ')}: {entry}")
-    out = (
-        args.out
-        or Path("outputs") / "tune" / members_stem(args.checkpoint) / f"{choices['data']}-{cfg.split}.json"
-    )
     payload = {
         "checkpoint": label,
         "data": f"{choices['data']}/{cfg.split}",
@@ -169,13 +172,13 @@ def run(args: argparse.Namespace) -> int:
         "baseline": baseline,
     }
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(payload, indent=2) + "\n")
-        print(f"wrote {out}")
-        if args.write:
-            new = write_decoding_defaults(args.checkpoint[0], chosen.options)
-            print(f"stored in {args.checkpoint[0]}: {new}")
-    except (OSError, *user_errors()) as err:
+        print(f"wrote {out.path}")
+        if write_target is not None:  # the link's target when --checkpoint is a symbolic link
+            new = write_decoding_defaults(write_target, chosen.options)
+            via = f" (through the link to {write_target})" if args.checkpoint[0].is_symlink() else ""
+            print(f"stored in {args.checkpoint[0]}{via}: {new}")
+    except (OSError, ValueError, *user_errors()) as err:  # ValueError: the output changed during the grid
         print(f"captioning tune: error: {one_line(err)}", file=sys.stderr)
         return 1
     return 0

@@ -238,6 +238,13 @@ class Captioner:
             )
         return cls(load_captioners(paths), device=device, bf16=bf16)
 
+    @classmethod
+    def from_pretrained(cls, name: str, device: str = "cpu", bf16: bool = False) -> Captioner:
+        """A model of the zoo by name (``captioning models``; captioning/zoo.py), its file SHA-256 checked."""
+        from captioning.zoo import resolve
+
+        return cls.from_checkpoint(resolve(name), device=device, bf16=bf16)
+
     @property
     def grid(self) -> tuple[int, int]:
         return self.net.grid_size, self.net.grid_size

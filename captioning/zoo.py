@@ -1,0 +1,206 @@
+"""Models by name: the closed registry of the exported models in the clone's docs/models/.
+
+    from captioning import Captioner
+    model = Captioner.from_pretrained("flickr8k-soft-scst")
+    captioning caption photo.jpg --checkpoint flickr8k-soft-scst
+
+A name resolves to a file, searched for (nothing is ever downloaded) in, first to last:
+
+1. ``$CAPTIONING_MODELS`` (one folder, or several separated by ``os.pathsep``);
+2. the clone's ``docs/models/`` when the package runs from a clone (not from an installed wheel);
+3. ``~/.cache/captioning/models``.
+
+The file found is checked against the SHA-256 recorded here before anything reads it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV = "CAPTIONING_MODELS"
+CACHE = Path("~/.cache/captioning/models")
+CHECKPOINT_SUFFIXES = (".ckpt", ".safetensors")
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    file: str  # the file name searched for in each folder (model_dirs)
+    sha256: str
+    data: str  # what it was trained on (data=... to evaluate it)
+    description: str
+
+
+MODELS: dict[str, ZooModel] = {
+    m.name: m
+    for m in (
+        ZooModel(
+            "flickr8k-soft-scst",
+            "flickr8k_soft_scst.safetensors",
+            "9e3498a517aec7f36c8b6ecd674d4fc5b1876f2e4ac1dc7df1e0760ca07873f2",
+            "flickr8k",
+            "soft attention LSTM, cross-entropy then SCST (lr 2e-4); 53.8 dev CIDEr-D, stored decoding",
+        ),
+        ZooModel(
+            "flickr8k-soft-scst-seed1",
+            "flickr8k_soft_scst_seed1.safetensors",
+            "175043495407bfe091d1bf1aa08fe6856091c4ce3b5132f3cc009595ddd4234d",
+            "flickr8k",
+            "second seed of flickr8k-soft-scst; 54.1 dev CIDEr-D, stored decoding",
+        ),
+        ZooModel(
+            "flickr8k-soft-xe",
+            "flickr8k_soft_xe.safetensors",
+            "33b1a30e2414b62f34fce60b61b9df78e0bd1dd22be946fce0af28f4fa2aaf63",
+            "flickr8k",
+            "soft attention LSTM, cross-entropy; 52.9 dev CIDEr-D, stored decoding",
+        ),
+        ZooModel(
+            "flickr8k-soft-xe-seed1",
+            "flickr8k_soft_xe_seed1.safetensors",
+            "84fe83e9545014322e20e5ef29877c0cc5d9cfd5eaa33f9fb25840a5e2b51de1",
+            "flickr8k",
+            "second seed of flickr8k-soft-xe (the ensemble's second member)",
+        ),
+        ZooModel(
+            "flickr8k-hard-gumbel",
+            "flickr8k_hard_gumbel.safetensors",
+            "3a6bd035b345ae0b19fce3da81f5f212a1a5a44075f543c81a3988543cffbbcc",
+            "flickr8k",
+            "hard attention, Gumbel-softmax from soft XE, then SCST; 47.7 dev CIDEr-D, stored decoding",
+        ),
+        ZooModel(
+            "flickr8k-hard-reinforce",
+            "flickr8k_hard_reinforce.safetensors",
+            "6490d37a7c139d1a33164b5662498817a21acf83de778a2a2870e100f453ddc2",
+            "flickr8k",
+            "hard attention, REINFORCE from soft XE; decodes with the expected context (beam 3)",
+        ),
+        ZooModel(
+            "flickr8k-transformer",
+            "flickr8k_transformer.safetensors",
+            "db9b6ff326d803dc2cd995afbac5551e4f8452b7f2fb315ad00b360b36e2d3f9",
+            "flickr8k",
+            "Transformer decoder, cross-entropy then SCST; 51.1 dev CIDEr-D, stored decoding",
+        ),
+        ZooModel(
+            "synthetic-soft",
+            "synthetic_soft.safetensors",
+            "499fa393630214aeaefec594ece3a680d8a395fc4511f359a87ea17942637612",
+            "synthetic",
+            "soft attention LSTM on the synthetic scenes (data=synthetic), for walkthroughs and tests",
+        ),
+    )
+}
+
+
+class ZooError(ValueError):
+    """A model name that is unknown, whose file is nowhere to be found, or whose file's SHA-256 differs."""
+
+
+def clone_models_dir() -> Path | None:
+    """The clone's docs/models/ when this package is imported from a clone (never from an installed one)."""
+    root = Path(__file__).resolve().parents[1]
+    models = root / "docs" / "models"
+    return models if (root / "pyproject.toml").is_file() and models.is_dir() else None
+
+
+def model_dirs() -> list[Path]:
+    """The folders searched for a model's file, first to last (module docstring)."""
+    dirs = [Path(p).expanduser() for p in os.environ.get(ENV, "").split(os.pathsep) if p.strip()]
+    clone = clone_models_dir()
+    if clone is not None:
+        dirs.append(clone)
+    dirs.append(CACHE.expanduser())
+    return dirs
+
+
+def find(name: str) -> Path | None:
+    """Where the file of zoo model ``name`` is (the first of ``model_dirs`` that has it), or None."""
+    model = lookup(name)
+    for folder in model_dirs():
+        if (folder / model.file).is_file():
+            return folder / model.file
+    return None
+
+
+def unknown_name_message(name: str) -> str:
+    close = difflib.get_close_matches(name, list(MODELS), n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"{name!r} is not a model of the zoo; {hint}the zoo has: {', '.join(MODELS)}"
+
+
+def lookup(name: str) -> ZooModel:
+    if name not in MODELS:
+        raise ZooError(unknown_name_message(name))
+    return MODELS[name]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def resolve(name: str) -> Path:
+    """The checked file of zoo model ``name``: ZooError (one line) when the name is unknown, the file is in
+    none of the folders searched, or its SHA-256 is not the recorded one."""
+    model = lookup(name)
+    path = find(name)
+    if path is None:
+        searched = ", ".join(str(d) for d in model_dirs())
+        raise ZooError(
+            f"model {name!r}: {model.file} is in none of {searched} (nothing is downloaded: copy it into "
+            f"one of them, or point ${ENV} at its folder)"
+        )
+    actual = sha256_of(path)
+    if actual != model.sha256:
+        raise ZooError(
+            f"model {name!r}: {path} has SHA-256 {actual[:16]}..., not the zoo's {model.sha256[:16]}... "
+            "(a different or damaged file)"
+        )
+    return path
+
+
+def looks_like_name(text: str) -> bool:
+    """True for text meant as a model name rather than a file: no folder separator, no checkpoint suffix,
+    and no file of that name here."""
+    return (
+        "/" not in text
+        and os.sep not in text
+        and not text.endswith(CHECKPOINT_SUFFIXES)
+        and not Path(text).exists()
+    )
+
+
+def checkpoint_path(text: str) -> Path:
+    """A ``--checkpoint`` value as a path: a zoo name resolves to its checked file, a name that is not in
+    the zoo (and no file) is an error with the nearest names, anything else is a path as given."""
+    if text in MODELS and not Path(text).exists():
+        return resolve(text)
+    if looks_like_name(text):
+        raise ZooError(f"no file {text!r}, and {unknown_name_message(text)}")
+    return Path(text)
+
+
+def listing() -> list[dict[str, object]]:
+    """One row per model: name, data, file (the path found, or None), size in bytes (or None), description."""
+    rows = []
+    for model in MODELS.values():
+        path = find(model.name)
+        rows.append(
+            {
+                "name": model.name,
+                "data": model.data,
+                "file": str(path) if path else None,
+                "size": path.stat().st_size if path else None,
+                "description": model.description,
+            }
+        )
+    return rows
