@@ -1,0 +1,74 @@
+"""scripts/soft_vs_hard.py: seeds, halves and bootstrap intervals read from a comparison's run folders."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import soft_vs_hard  # noqa: E402
+
+from captioning.metrics.bootstrap import image_stats, paired_bootstrap, pooled  # noqa: E402
+from captioning.metrics.coco import tokenize_captions  # noqa: E402
+
+N = 40
+
+
+def write_run(root: Path, name: str, captions: dict) -> None:
+    run = root / "runs" / name
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(
+        json.dumps([{"image_id": k, "caption": c} for k, c in captions.items()])
+    )
+
+
+@pytest.fixture(scope="module")
+def refs() -> dict:
+    return soft_vs_hard.references("synthetic", "val", [f"data.val.num_images={N}"])
+
+
+def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs):
+    ids = list(refs)
+    good = [{k: refs[k][s % len(refs[k])] for k in ids} for s in range(3)]  # a reference: near perfect
+    bad = [{k: " ".join(refs[k][0].split()[: 2 + s]) for k in ids} for s in range(2)]  # truncated
+    for s, caps in enumerate(good):
+        write_run(tmp_path, f"soft-seed{s}", caps)
+    for s, caps in enumerate(bad):
+        write_run(tmp_path, f"hard-seed{s}", caps)
+    (tmp_path / "runs" / "hard-seed2").mkdir()  # a run that never finished
+    out = tmp_path / "out"
+    assert soft_vs_hard.main([str(tmp_path), "--data", "synthetic", "--baseline", "soft", "--tokenizer",
+                              "simple", "--resamples", "200", "--out", str(out), f"data.val.num_images={N}"]) == 0  # fmt: skip
+    report = json.loads((out / "report.json").read_text())
+    assert report["failed_or_unfinished"] == ["hard-seed2"]
+    assert report["configs"]["soft"]["seeds"] == [0, 1, 2] and report["configs"]["hard"]["seeds"] == [0, 1]
+    # the pooled difference equals the library's on the same tokenised captions
+    tok = tokenize_captions(refs, "simple")
+
+    def stats(caps: dict):
+        tokenised = tokenize_captions({k: [c] for k, c in caps.items()}, "simple")
+        return image_stats(tok, {k: v[0] for k, v in tokenised.items()})
+
+    expected = paired_bootstrap(
+        pooled([stats(c) for c in good]), pooled([stats(c) for c in bad]), resamples=200
+    )
+    got = report["configs"]["hard"]["vs_baseline"]["all"]
+    for m in ("Bleu_4", "CIDEr"):
+        assert got[m]["delta"] == pytest.approx(expected[m].delta)
+        assert got[m]["high"] < 0 and got[m]["significant"] and got[m]["seed_pair_wins"] == 0
+    halves = report["configs"]["soft"]["per_seed"]
+    assert set(halves) == {"all", "even", "odd"}
+    md = (out / "report.md").read_text()
+    assert "hard-seed2" in md and "| hard | 2 |" in md and (out / "seeds.png").stat().st_size > 1000
+
+
+def test_missing_baseline_and_empty_folder_are_one_line(tmp_path, refs):
+    with pytest.raises(SystemExit, match="runs/"):
+        soft_vs_hard.main([str(tmp_path), "--out", str(tmp_path / "o")])
+    write_run(tmp_path, "hard-seed0", {k: "a" for k in refs})
+    with pytest.raises(SystemExit, match="--baseline 'soft' has no finished run"):
+        soft_vs_hard.main([str(tmp_path), "--data", "synthetic", "--baseline", "soft", "--tokenizer", "simple",
+                           "--out", str(tmp_path / "o"), f"data.val.num_images={N}"])  # fmt: skip
