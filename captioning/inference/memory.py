@@ -21,8 +21,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from captioning import progress
 from captioning.data.sources import CaptionSource
 from captioning.data.tokenize import tokenize
+from captioning.writes import MEMORY, MEMORY_KEY, Output, output
 
 
 def pooled(grids: Tensor) -> Tensor:
@@ -39,17 +41,41 @@ class CaptionMemory:
         captions: Sequence[Sequence[str]],
         image_ids: Sequence[Hashable],
         encoder: dict | None = None,
+        *,
+        origin: str = "caption memory",
     ):
+        """``origin`` names where the memory comes from in the errors (``load`` gives the file)."""
+        if not isinstance(vectors, Tensor) or vectors.dim() != 2 or vectors.shape[1] == 0:
+            shape = tuple(vectors.shape) if isinstance(vectors, Tensor) else type(vectors).__name__
+            raise ValueError(
+                f"{origin}: vectors of shape {shape}; expected a 2-D (images, D) tensor with D >= 1, one "
+                "pooled grid per image"
+            )
+        if isinstance(captions, str | bytes) or isinstance(image_ids, str | bytes):
+            raise ValueError(f"{origin}: captions and image ids must be lists; expected one entry per image")
         if not (len(vectors) == len(captions) == len(image_ids)):
             raise ValueError(
-                f"caption memory: {len(vectors)} vectors, {len(captions)} caption lists and {len(image_ids)} "
+                f"{origin}: {len(vectors)} vectors, {len(captions)} caption lists and {len(image_ids)} "
                 "image ids; expected one of each per image"
             )
         if len(vectors) == 0:
-            raise ValueError("caption memory: no images; expected the training split's images")
+            raise ValueError(f"{origin}: no images; expected the training split's images")
         self.vectors = vectors.float()  # (N, D) unit rows
-        self.captions = [list(c) for c in captions]
+        _check_rows(self.vectors, origin)
+        self.captions = [_checked_captions(c, j, origin) for j, c in enumerate(captions)]
+        for j, image_id in enumerate(image_ids):
+            if not isinstance(image_id, str | int) or isinstance(image_id, bool):  # what JSON keeps as it is
+                raise ValueError(
+                    f"{origin}: image id {image_id!r} of row {j}; expected a string or an integer"
+                )
         self.image_ids = list(image_ids)
+        if encoder is not None and not (
+            isinstance(encoder, dict) and encoder and all(isinstance(k, str) for k in encoder)
+        ):
+            raise ValueError(
+                f"{origin}: encoder identity {encoder!r}; expected the non-empty mapping of "
+                "encoder_identity (the encoder the vectors come from), or None"
+            )
         self.encoder = encoder  # encoder_identity of the grids the vectors pool, when known
 
     def __len__(self) -> int:
@@ -68,33 +94,61 @@ class CaptionMemory:
         (the captioner's ``net.encode``), pooled; its captions tokenised as the CIDEr-D reward does."""
         vectors = []
         with torch.no_grad():
-            for start in range(0, len(source), batch_size):
+            for start in progress.batches(len(source), batch_size, "caption memory"):
                 rows = [inputs(i) for i in range(start, min(start + batch_size, len(source)))]
                 vectors.append(pooled(encode(torch.stack(rows))))  # (b, D)
-        captions = [[" ".join(tokenize(c)) for c in source.captions(i)] for i in range(len(source))]
+        captions = [
+            [t for t in (" ".join(tokenize(c)) for c in source.captions(i)) if t] for i in range(len(source))
+        ]
         ids = [source.image_id(i) for i in range(len(source))]
         return cls(torch.cat(vectors), captions, ids, encoder)
 
-    def save(self, path: str | Path) -> None:
-        """A safetensors file: the vectors (float16) and, in its header, the captions, ids and encoder."""
+    def save(self, path: str | Path | Output) -> None:
+        """A safetensors file: the vectors (float16) and, in its header, the captions, ids and encoder.
+
+        Written atomically through ``captioning.writes``: never over a checkpoint, an export, a folder
+        or a device (an earlier memory is replaced); an ``Output`` from the caller adds its own checks
+        (the command's inputs)."""
         from safetensors.torch import save_file
 
+        out = path if isinstance(path, Output) else output(path, "the caption memory", kind=MEMORY)
+        if self.encoder is None:  # ``load`` would refuse the file: nothing could check the queries
+            raise ValueError(
+                f"{out.label}: not written: the memory has no encoder identity; expected one "
+                "(CaptionMemory.build(..., encoder=captioner.encoder_identity))"
+            )
         meta = {"captions": self.captions, "image_ids": self.image_ids, "encoder": self.encoder}
-        save_file(
-            {"vectors": self.vectors.half().contiguous()}, str(path), {"caption_memory": json.dumps(meta)}
-        )
+        header = {MEMORY_KEY: json.dumps(meta)}
+        with out.replacing() as temp:
+            save_file({"vectors": self.vectors.half().contiguous()}, str(temp), header)
 
     @classmethod
     def load(cls, path: str | Path) -> CaptionMemory:
+        """The memory ``save`` wrote; a file that is not one, or a malformed or broken one (NaN/inf or
+        all-zero vectors, vectors not 2-D, captions that are not non-empty strings, no encoder identity)
+        is one ValueError naming the file and what was expected."""
         from safetensors import SafetensorError, safe_open
 
         try:
             with safe_open(str(path), framework="pt") as f:
-                meta = json.loads((f.metadata() or {})["caption_memory"])
-                vectors = f.get_tensor("vectors").float()
-            return cls(vectors, meta["captions"], meta["image_ids"], meta["encoder"])
+                meta = json.loads((f.metadata() or {})[MEMORY_KEY])
+                vectors = f.get_tensor("vectors")
+            captions, image_ids, encoder = meta["captions"], meta["image_ids"], meta["encoder"]
         except (OSError, SafetensorError, KeyError, TypeError, ValueError) as err:  # JSONDecodeError too
             raise ValueError(f"{path}: not a caption memory saved by CaptionMemory.save ({err})") from None
+        if not (isinstance(encoder, dict) and encoder):
+            raise ValueError(
+                f"{path}: the caption memory's encoder identity is {encoder!r}; expected the non-empty "
+                "identity of the encoder it was built with (rebuild it with `captioning memory`)"
+            )
+        if not vectors.is_floating_point():
+            raise ValueError(f"{path}: caption memory vectors of dtype {vectors.dtype}; expected floats")
+        if not isinstance(captions, list) or not isinstance(image_ids, list):
+            raise ValueError(
+                f"{path}: the caption memory's captions and image_ids are {type(captions).__name__} and "
+                f"{type(image_ids).__name__}; expected lists, one entry per image"
+            )
+        return cls(vectors.float(), captions, image_ids, encoder, origin=str(path))
 
     def check_encoder(self, identity: dict, name: str = "the captioner") -> None:
         """Refuse queries from an encoder other than the memory's (their cosines would mean nothing)."""
@@ -131,3 +185,31 @@ class CaptionMemory:
             [j for v, j in zip(vs, js) if v != float("-inf")]
             for vs, js in zip(values.tolist(), rows.tolist())
         ]
+
+
+def _check_rows(vectors: Tensor, origin: str) -> None:
+    """Refuse rows with NaN/inf or all zeros: their cosines are NaN or 0 with every query, and a NaN
+    row is silently never (or always) a neighbour."""
+    broken = ~torch.isfinite(vectors).all(dim=1)
+    zero = ~broken & (vectors == 0).all(dim=1)
+    bad = broken | zero
+    if bool(bad.any()):
+        first = int(bad.nonzero()[0])
+        raise ValueError(
+            f"{origin}: {int(bad.sum())} of {len(vectors)} vectors are not pooled grids ({int(broken.sum())} "
+            f"hold NaN/inf, {int(zero.sum())} are all zero; the first is row {first}); expected finite, "
+            "non-zero rows (rebuild the memory with a healthy encoder)"
+        )
+
+
+def _checked_captions(captions: object, row: int, origin: str) -> list[str]:
+    """Image ``row``'s captions: a list of one or more non-empty strings, else a ValueError."""
+    if isinstance(captions, str | bytes) or not isinstance(captions, Sequence) or not captions:
+        raise ValueError(
+            f"{origin}: the captions of row {row} are {captions!r:.80}; expected a list of one or more "
+            "caption strings"
+        )
+    for caption in captions:
+        if not isinstance(caption, str) or not caption.strip():
+            raise ValueError(f"{origin}: caption {caption!r:.80} of row {row}; expected a non-empty string")
+    return list(captions)
