@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from captioning import progress
 from captioning.cli.runtime import checkpoint_arg, path_arg
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
@@ -228,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
             yield i, (tensor, image if overlays else None)
             del image
 
-    stream = readable()
+    stream = progress.track(readable(), "captioning", total=len(paths))  # captioning/progress.py
     while True:
         batch = [item for _, item in zip(range(args.batch_size), stream)]
         if not batch:

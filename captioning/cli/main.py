@@ -41,17 +41,26 @@ def version() -> str:
         return __version__
 
 
+QUIET_HELP = "no progress bars or progress lines on stderr (captioning/progress.py)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="captioning", description=__doc__)
     parser.add_argument("--version", action="version", version=f"captioning {version()}")
+    parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS.values():
         module.add_parser(subparsers)
+    for sub in subparsers.choices.values():  # also after the sub-command: captioning evaluate --quiet ...
+        sub.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from captioning import progress
+
+    progress.set_quiet(args.quiet)  # set on every call: tests run several commands in one process
     try:
         return SUBCOMMANDS[args.command].run(args)
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT, no traceback

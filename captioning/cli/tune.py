@@ -96,6 +96,7 @@ def _check_outputs(args: argparse.Namespace, default_out: Path) -> tuple[Output,
 
 
 def run(args: argparse.Namespace) -> int:
+    from captioning import progress
     from captioning.checkpoints.defaults import write_decoding_defaults
     from captioning.checkpoints.ensemble import load_captioners, members_label, members_stem
     from captioning.data.features import FeatureCache
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     stored = GenerationConfig.from_dict(model.decoding)
     scorer = SplitScorer(source)
     rows = []
-    for options in settings:
+    for options in progress.track(settings, "tuning", unit="setting"):
         decoding = stored.replace(**options).to_dict()
         try:
             decoded = decode_source(model, source, decoding, cfg.batch_size, cache)

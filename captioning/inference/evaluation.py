@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from captioning import progress
 from captioning.checkpoints.ensemble import load_captioners, members_label
 from captioning.checkpoints.load import LoadedCaptioner
 from captioning.data.datamodule import ImageLoader
@@ -118,7 +119,8 @@ def decode_source(
     inputs = model_inputs(model, source, feature_cache)
     device = next(model.net.parameters()).device
     decoded = Decoded([], [], [], [], (model.net.grid_size, model.net.grid_size))
-    for start in range(0, len(source), batch_size):
+    desc = "decoding" if reranker is None else "decoding and reranking"
+    for start in progress.batches(len(source), batch_size, desc):
         indices, rows = [], []
         for i in range(start, min(start + batch_size, len(source))):
             try:  # one unreadable image is reported and left out, not the end of the split

@@ -29,6 +29,7 @@ from pycocoevalcap.spice.spice import Spice
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 from pycocotools.coco import COCO
 
+from captioning import progress
 from captioning.data.files import read_utf8_text
 from captioning.data.tokenize import tokenize
 from captioning.metrics.names import METRICS, TOKENIZERS  # noqa: E402  (re-exported)
@@ -165,13 +166,17 @@ def compute_scores(gts: Refs, res: Refs, metrics: Sequence[str]) -> tuple[dict[s
         raise ValueError(f"unknown metrics {unknown}; choose from {METRICS}")
     scores: dict[str, float] = {}
     skipped: dict[str, str] = {}
+    report = progress.bar(len(metrics), "scoring", unit="metric")  # captioning/progress.py
     if any(m in _BLEU for m in metrics):  # one Bleu(4) pass yields BLEU-1..4
         bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
         scores.update({name: float(v) for name, v in zip(_BLEU, bleu) if name in metrics})
+        report.update(sum(m in _BLEU for m in metrics))
     if "ROUGE_L" in metrics:
         scores["ROUGE_L"] = float(Rouge().compute_score(gts, res)[0])
+        report.update(1)
     if "CIDEr" in metrics:  # the toolkit's Cider is CIDEr-D (sigma 6, clipped counts, x10)
         scores["CIDEr"] = float(Cider().compute_score(gts, res)[0])
+        report.update(1)
     for name in ("METEOR", "SPICE"):
         if name not in metrics:
             continue
@@ -182,6 +187,8 @@ def compute_scores(gts: Refs, res: Refs, metrics: Sequence[str]) -> tuple[dict[s
             scores[name] = _run_java_metric(name, gts, res)
         except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as err:
             skipped[name] = f"{name} failed: {err}"
+        report.update(1)
+    report.close()
     return {m: scores[m] for m in METRICS if m in scores}, skipped
 
 
