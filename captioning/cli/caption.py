@@ -53,10 +53,9 @@ DECODING_FLAGS = ("num_beams", "num_return_sequences", "do_sample", "temperature
 
 
 def decoding_options(args: argparse.Namespace) -> dict:
-    options = {name: getattr(args, name) for name in DECODING_FLAGS if getattr(args, name) is not None}
-    if options.get("do_sample") and "num_beams" not in options:
-        options["num_beams"] = 1  # sampling draws one path per sample, whatever beams the checkpoint searches
-    return options
+    """The flags given; ``--do-sample`` without ``--num-beams`` samples with one beam whatever the checkpoint
+    searches with (``GenerationConfig.replace``, shared with the API)."""
+    return {name: getattr(args, name) for name in DECODING_FLAGS if getattr(args, name) is not None}
 
 
 def _printable(text: str) -> str:

@@ -4,7 +4,7 @@
 |---|---|
 | ``num_beams`` | beams per image (1 = greedy, or sampling with ``do_sample``) |
 | ``num_return_sequences`` | captions returned per image: the n best beams, or n independent samples |
-| ``do_sample`` | sample each token instead of searching (with ``num_beams=1``) |
+| ``do_sample`` | sample each token instead of searching (with ``num_beams=1``; ``replace(do_sample=True)`` without a ``num_beams`` sets it to 1) |
 | ``temperature`` / ``top_k`` / ``top_p`` | sampling warpers, applied in that order (0 / 1.0 disable top-k / top-p) |
 | ``length_penalty`` | ranking score = log p / length ** length_penalty (0: no normalisation) |
 | ``no_repeat_ngram_size`` | no n-gram of this size occurs twice in a caption (0 = off) |
@@ -14,7 +14,10 @@
 
 Differences from HF's defaults, both deliberate: ``length_penalty`` defaults to 0 (our beam search keeps
 finished beams competing, so a caption needs no length bonus to win), and ``top_k`` defaults to 0 (no
-filter unless asked). Beam-search sampling (``do_sample`` with ``num_beams > 1``) is not offered.
+filter unless asked). Beam-search sampling (``do_sample`` with ``num_beams > 1``) is not offered: asking
+for ``do_sample`` without naming ``num_beams`` replaces the stored beam count (a search setting, e.g. the
+checkpoint's 5 beams) with 1, so ``model.caption(images, do_sample=True)`` samples with any checkpoint;
+``do_sample`` with an explicit ``num_beams > 1`` is an error.
 """
 
 from __future__ import annotations
@@ -121,6 +124,16 @@ class GenerationConfig:
             raise ValueError(f"{where}: {err}") from None
 
     def replace(self, **options: Any) -> GenerationConfig:
-        """A copy with ``options`` changed (``None`` values keep the current setting)."""
+        """A copy with ``options`` changed (``None`` values keep the current setting).
+
+        ``do_sample=True`` without ``num_beams`` also sets ``num_beams=1``: sampling draws one path per
+        sample whatever beam width the current (stored) config searches with. An explicit ``num_beams > 1``
+        with ``do_sample`` stays an error (beam-search sampling is not offered)."""
         changed = {k: v for k, v in options.items() if v is not None}
-        return GenerationConfig.from_dict({**self.to_dict(), **changed}) if changed else self
+        if not changed:
+            return self
+        merged = {**self.to_dict(), **changed}
+        named = {LEGACY_NAMES.get(k, k) for k in changed}
+        if changed.get("do_sample") is True and "num_beams" not in named:
+            merged["num_beams"] = 1
+        return GenerationConfig.from_dict(merged)

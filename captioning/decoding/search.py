@@ -9,7 +9,8 @@ batch; the decoder's recurrent state has B·R rows and its image-only state stay
   sampling: each row draws its word from the warped distribution, rows never swap.
 
 At the end an image's rows are ranked by log_prob / length ** length_penalty and the best
-``num_return_sequences`` are returned, best first (samples keep their order). With no <end> by
+``num_return_sequences`` are returned, best first; samples too are sorted by that score (ties keep the
+order they were drawn in), so an image's first row is always its best-scored caption. With no <end> by
 ``max_new_tokens``, rows are ranked as they stand.
 """
 
@@ -143,7 +144,7 @@ def _search(
     ranking = scores / lengths.clamp_min(1).float() ** cfg.length_penalty  # (B, R)
     n = cfg.num_return_sequences
     if sample:
-        order = torch.arange(r, device=device).expand(b, r)  # samples keep their order
+        order = ranking.argsort(dim=-1, descending=True, stable=True)  # (B, R): best first, ties as drawn
     else:
         order = ranking.topk(n, dim=-1).indices  # (B, N) best first
     keep = (base + order).view(-1)  # (B·N,)
