@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export PYTHONHASHSEED := 0
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help setup browser train test test-fast lint format bench notebooks clean
+.PHONY: help setup browser train test test-fast lint format bench notebooks docs clean
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' Makefile | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,7 @@ train: $(STAMP)  ## train hard (Gumbel) attention on synthetic scenes (~5 min, 2
 test: $(STAMP) browser  ## lint, then the whole test suite (slow tests included; Chromium for the demo test)
 	$(PY) -m ruff check captioning tests scripts
 	$(PY) -m ruff format --check captioning tests scripts
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)  ## the test suite without tests marked slow
@@ -51,5 +52,8 @@ bench: $(STAMP)  ## benchmark table (training step, decoding, encoder)
 notebooks: $(STAMP)  ## execute the notebooks in place (committed with their figures)
 	$(PY) scripts/execute_notebooks.py
 
+docs: $(STAMP)  ## build the documentation site into site/ (mkdocs-material, --strict)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 clean:  ## remove outputs and caches (keeps .venv)
-	rm -rf outputs multirun wandb lightning_logs .pytest_cache .ruff_cache
+	rm -rf outputs multirun wandb lightning_logs .pytest_cache .ruff_cache site

@@ -1,0 +1,5 @@
+window.MathJax = {
+  tex: { inlineMath: [["\\(", "\\)"]], displayMath: [["\\[", "\\]"]], processEscapes: true, processEnvironments: true },
+  options: { ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex" }
+};
+document$.subscribe(() => { MathJax.typesetPromise() })
