@@ -58,9 +58,9 @@ def test_last_ckpt_holds_the_end_of_training_and_resuming_extends_it(tmp_path, m
             "callbacks.model_checkpoint.dirpath=/proc/x",
             "callbacks.model_checkpoint.dirpath='/proc/x': cannot create",
         ),
-        (
+        (  # init_from is allowed beside ckpt_path (resuming ignores it), the file must exist
             "init_from=a.ckpt ckpt_path=b.ckpt",
-            "init_from='a.ckpt' and ckpt_path='b.ckpt': expected one of them",
+            "ckpt_path=b.ckpt: no such checkpoint file",
         ),
     ],
     ids=["no-batches", "checkpoint-folder", "init-and-resume"],

@@ -355,3 +355,46 @@ def test_max_steps_on_a_step_interval_validation_saves_the_validated_state(tmp_p
     )
     assert best.name.startswith("epoch000-step000010")  # the last validation is the best (val/loss falls)
     assert Path(ranking["best_model_path"]).name == best.name  # and last.ckpt's ranking state knows it
+
+
+def test_a_kill_while_writing_an_epochs_best_leaves_no_temp_and_the_resume_writes_that_best(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a writer process that is gone, as after a SIGKILL
+    real_save = checkpoint_io.atomic_torch_save
+
+    def killed_writing_the_best(obj, target):
+        target = Path(target)
+        if target.name == "last.ckpt":
+            return real_save(obj, target)
+        (target.parent / f".{target.name}.{dead.pid}-0badf00d.tmp").write_bytes(b"PK\x03\x04 half")
+        raise RuntimeError("killed while writing the best")
+
+    run = [*EPOCH_END_RUN, "trainer.max_epochs=1"]
+    monkeypatch.setattr(checkpoint_io, "atomic_torch_save", killed_writing_the_best)
+    with pytest.raises(RuntimeError, match="killed while writing the best"):
+        train(compose_train(run, tmp_path))
+    monkeypatch.setattr(checkpoint_io, "atomic_torch_save", real_save)
+    folder = tmp_path / "checkpoints"
+    (orphan,) = folder.glob(".*.tmp")
+    # last.ckpt is saved after the epoch's best: the kill left it at the periodic save before validation
+    assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 5
+
+    capsys.readouterr()
+    best = Path(train(compose_train([*run, "ckpt_path=last"], tmp_path)))
+    assert f"removed 1 temp file(s) of checkpoint writes a kill interrupted in {folder}: {orphan.name}" in (
+        capsys.readouterr().err
+    )
+    assert best.name.startswith("epoch000-step000010-") and best.is_file()  # epoch 0's best, written
+    assert not list(folder.glob(".*.tmp"))
+
+
+def test_orphan_temps_of_a_live_writer_or_other_files_are_kept(tmp_path: Path) -> None:
+    live = tmp_path / f".best.ckpt.{os.getppid()}-0badf00d.tmp"  # a running process's write
+    mine = tmp_path / f".best.ckpt.{os.getpid()}-0badf00d.tmp"  # this process has written nothing yet
+    other = tmp_path / ".notes.tmp"
+    for path in (live, mine, other):
+        path.write_bytes(b"x")
+    assert checkpoint_io.remove_orphan_temps(tmp_path) == [mine]
+    assert live.exists() and other.exists()

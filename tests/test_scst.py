@@ -2,17 +2,24 @@
 and a run starts from a cross-entropy checkpoint's weights (refusing another vocabulary)."""
 
 import json
+import os
 import random
+import re
+import signal
 
 import pytest
+import pytorch_lightning as pl
 import torch
+from omegaconf import OmegaConf, open_dict
 from pycocoevalcap.cider.cider import Cider
 
 from captioning.checkpoints.load import CheckpointError, load_captioner
 from captioning.metrics.cider import CiderD
 from captioning.models.attention.estimators import leave_one_out_baseline
 from captioning.training.build import build_model
-from captioning.training.train import train
+from captioning.training.resume import ResumeError
+from captioning.training.train import StoppedBySignal, train
+from captioning.training.validate import ConfigError, check_config
 
 from conftest import SHARED_DATA, TINY, compose_train
 
@@ -192,3 +199,52 @@ def test_a_soft_attention_checkpoint_starts_a_hard_attention_run(tmp_path):
         CheckpointError, match=r"its network \(TransformerDecoder over SmallCNN\) does not fit"
     ):
         hard.load_initial_weights(str(transformer))
+
+
+class SigtermAtStep2(pl.Callback):
+    """A real SIGTERM to this process after the second optimizer step (Lightning stops after the batch)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == 2 and not trainer.received_sigterm:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class StartProbe(pl.Callback):
+    seen: dict = {}
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        StartProbe.seen.update(
+            step=trainer.global_step, weights={k: v.clone() for k, v in pl_module.net.state_dict().items()}
+        )
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        StartProbe.seen["end"] = trainer.global_step
+
+
+def _with(cfg, name: str):
+    with open_dict(cfg):
+        cfg.callbacks[name.lower()] = OmegaConf.create({"_target_": f"{__name__}.{name}"})
+    return cfg
+
+
+def test_an_scst_run_stopped_by_sigterm_resumes_with_the_command_its_message_advises(tmp_path):
+    xe = train(compose_train([*TINY, "trainer.max_epochs=1"], tmp_path / "xe"))
+    run = [*TINY, "objective=scst", f"init_from={xe}", "model.num_samples=2", "trainer.max_steps=5",
+           "trainer.num_sanity_val_steps=0"]  # fmt: skip
+    with pytest.raises(StoppedBySignal, match=r"at step 2; resume with ckpt_path=last") as stopped:
+        train(_with(compose_train(run, tmp_path / "scst"), "SigtermAtStep2"))
+    advised = re.search(r"resume with (ckpt_path=\S+)", str(stopped.value)).group(1)
+    saved = torch.load(tmp_path / "scst" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 2
+    StartProbe.seen.clear()
+    train(_with(compose_train([*run, advised], tmp_path / "scst"), "StartProbe"))  # init_from kept
+    assert StartProbe.seen["step"] == 2 and StartProbe.seen["end"] == 5  # continued from the saved step
+    for name, tensor in StartProbe.seen["weights"].items():  # the resumed weights won over init_from's
+        assert torch.equal(tensor, saved["state_dict"][f"net.{name}"]), name
+    check_config(compose_train([*TINY, "objective=scst", "ckpt_path=last"], tmp_path))  # resuming alone
+    with pytest.raises(
+        ResumeError, match=r"is a cross-entropy checkpoint and this run is an SCST run; start"
+    ):
+        train(compose_train([*TINY, "objective=scst", f"ckpt_path={xe}", "trainer.max_steps=9"], tmp_path))
+    with pytest.raises(ConfigError, match=r"init_from=None: objective=scst starts from .*or ckpt_path=last"):
+        check_config(compose_train([*TINY, "objective=scst"], tmp_path))

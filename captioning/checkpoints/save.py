@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,40 @@ def remove_stale_temps(target: Path) -> list[Path]:
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
             removed.append(stale)
+    return removed
+
+
+def _writer_is_gone(temp: Path) -> bool:
+    """True unless the process whose id the temp file's name carries still runs (and is not this one,
+    which has written nothing yet when it cleans up): a live writer's file is left alone."""
+    match = re.search(r"\.(\d+)-[0-9a-f]+" + re.escape(TEMP_SUFFIX) + "$", temp.name)
+    if match is None:
+        return False  # not one of ours
+    pid = int(match.group(1))
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
+def remove_orphan_temps(folder: str | Path) -> list[Path]:
+    """Delete the temp files of checkpoint writes in ``folder`` whose writer was killed (a SIGKILL or a
+    power loss mid-write leaves ``.NAME.ckpt.PID-XXXX.tmp``); returns what was removed. Run at start-up:
+    a temp file of a best checkpoint is never cleaned by a later save, whose name differs."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for temp in sorted(folder.glob(f".*.ckpt.*{TEMP_SUFFIX}")):
+        if temp.is_file() and _writer_is_gone(temp):
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+                removed.append(temp)
     return removed
 
 

@@ -54,6 +54,17 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
     return str(path)
 
 
+def checkpoint_folders(cfg: Any) -> list[Path]:
+    """The folders this run writes checkpoints to: ``output_dir/checkpoints`` and every callback's
+    ``dirpath``."""
+    folders = [Path(cfg.output_dir) / "checkpoints"]
+    for node in (cfg.get("callbacks") or {}).values():
+        dirpath = node.get("dirpath") if node is not None and hasattr(node, "get") else None
+        if isinstance(dirpath, str) and dirpath and Path(dirpath) not in folders:
+            folders.append(Path(dirpath))
+    return folders
+
+
 def check_fresh_run_dir(output_dir: str | Path, ckpt_path: str | None) -> None:
     """A fresh run (no ``ckpt_path``) must not start in a folder that already holds checkpoints: its
     ``last.ckpt`` and best checkpoints would be overwritten or mixed with the new run's (Lightning only
@@ -119,11 +130,24 @@ def check_resume_matches(
     net_config: str,
     max_steps: int | None = None,
     weight_average: bool = False,
+    self_critical: bool | None = None,
 ) -> None:
     """Raise :class:`ResumeError` unless ``ckpt_path`` holds this run's vocabulary and network config,
     has steps left to train under ``max_steps`` (-1 or None: no step limit), and, if its weights are a
-    weight average, this run keeps averaging (``weight_average``: the run has the callback)."""
+    weight average, this run keeps averaging (``weight_average``: the run has the callback); with
+    ``self_critical`` (True/False) it must have been trained with that objective too."""
     checkpoint = read_checkpoint(ckpt_path)
+    saved_scst = "num_samples" in (checkpoint.get("hyper_parameters") or {})  # SelfCriticalLitModule's
+    if self_critical is not None and saved_scst != self_critical:  # an optimizer state of the other loss
+        kinds = ("a cross-entropy", "an SCST")
+        raise ResumeError(
+            f"{ckpt_path}: it is {kinds[saved_scst]} checkpoint and this run is {kinds[self_critical]} run; "
+            + (
+                f"start SCST from its weights with init_from={ckpt_path} (ckpt_path resumes an SCST run)"
+                if self_critical
+                else "resume it with objective=scst"
+            )
+        )
     averaged = (checkpoint.get("callbacks") or {}).get("WeightAverage") or {}
     if "trained" in averaged and not weight_average:
         raise ResumeError(  # else training would go on from the average, the trained weights dropped

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
 from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E402
 
+from captioning.checkpoints.save import remove_orphan_temps  # noqa: E402
 from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.config import CONFIG_DIR  # noqa: E402
@@ -29,6 +30,7 @@ from captioning.training.resume import (  # noqa: E402
     averages_weights,
     check_fresh_run_dir,
     check_resume_matches,
+    checkpoint_folders,
     last_checkpoint_path,
     resolve_ckpt_path,
 )
@@ -63,9 +65,20 @@ def train(cfg: DictConfig) -> str:
     # Config mistakes fail here in seconds, before the data is read or any training time is spent.
     check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
     check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
-    check_init_from(cfg.get("init_from"))  # a starting checkpoint that cannot even be read
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), cfg.output_dir)  # "last" -> output_dir/checkpoints
+    if ckpt_path and cfg.get("init_from"):  # the same overrides plus ckpt_path=last: the resumed weights win
+        print(f"resuming from {ckpt_path}: init_from={cfg.init_from} is not loaded", file=sys.stderr)
+    else:
+        check_init_from(cfg.get("init_from"))  # a starting checkpoint that cannot even be read
     check_fresh_run_dir(cfg.output_dir, ckpt_path)  # a reused run folder: never overwrite its checkpoints
+    for folder in checkpoint_folders(cfg):  # a write a kill interrupted: its target is rewritten below
+        removed = remove_orphan_temps(folder)
+        if removed:
+            print(
+                f"removed {len(removed)} temp file(s) of checkpoint writes a kill interrupted in {folder}: "
+                + ", ".join(p.name for p in removed[:3]),
+                file=sys.stderr,
+            )
     pl.seed_everything(cfg.seed, workers=True)
 
     # Data first: the vocabulary fixes the decoder's output size.
@@ -86,6 +99,7 @@ def train(cfg: DictConfig) -> str:
             model.net_config,
             cfg.trainer.get("max_steps"),
             weight_average=averages_weights(cfg.get("callbacks")),
+            self_critical=str(cfg.model.get("_target_", "")).endswith("SelfCriticalLitModule"),
         )
 
     try:  # a callback or logger refusing its arguments (every_n_steps=-1) is a config mistake too

@@ -118,11 +118,6 @@ def check_config(cfg: DictConfig) -> None:
         value = _get(cfg, key)
         if isinstance(value, str) and not value.strip():
             problems.append(f"{key}='': expected a checkpoint path, or null")
-    if _get(cfg, "init_from") and _get(cfg, "ckpt_path"):  # resuming restores the weights init_from would set
-        problems.append(
-            f"init_from={_get(cfg, 'init_from')!r} and ckpt_path={_get(cfg, 'ckpt_path')!r}: expected one of "
-            "them (ckpt_path resumes a run; init_from starts a new one from a checkpoint's weights)"
-        )
     for name, node in (_get(cfg, "callbacks") or {}).items():  # a checkpoint folder that cannot exist
         try:
             dirpath = node.get("dirpath") if isinstance(node, DictConfig) else None
@@ -150,11 +145,11 @@ def check_config(cfg: DictConfig) -> None:
     for key in ("data.train.num_images", "data.val.num_images", "data.test.num_images"):
         value = _get(cfg, key)
         need(value is None or (_is_int(value) and value >= 1), key, "an integer >= 1")
-    if str(_get(cfg, "model._target_") or "").endswith("SelfCriticalLitModule") and not _get(
-        cfg, "init_from"
-    ):
+    scst = str(_get(cfg, "model._target_") or "").endswith("SelfCriticalLitModule")
+    if scst and not _get(cfg, "init_from") and not _get(cfg, "ckpt_path"):  # resuming has its own weights
         problems.append(
-            "init_from=None: objective=scst starts from a cross-entropy checkpoint; expected init_from=CKPT"
+            "init_from=None: objective=scst starts from a cross-entropy checkpoint; expected init_from=CKPT "
+            "(or ckpt_path=last to resume an SCST run)"
         )
     for key in ("trainer.max_epochs", "trainer.max_steps"):
         value = _get(cfg, key)

@@ -1,6 +1,7 @@
 """PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps, after every validation, on SIGTERM and at
 the end of training, never between an epoch's last step and its validation. It is the one writer of
-``last.ckpt`` (``model_checkpoint`` keeps only the best).
+``last.ckpt`` (``model_checkpoint`` keeps only the best), and it saves after the best of a validation
+is written, so a kill between the two never skips that best (``_rank_first``).
 
 A plain ``ModelCheckpoint(every_n_train_steps=N)`` saves at the epoch's last batch when N divides the
 epoch (or the step count happens to land there). A kill during the validation that follows leaves a
@@ -77,7 +78,28 @@ class PeriodicCheckpoint(ModelCheckpoint):
             # The validated state, whether or not a periodic save was due, even when this step was saved
             # just before (max_steps on a step-interval validation): its ranking state is newer.
             self._save_after_validation = False
+            self._rank_first(trainer)
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def _rank_first(self, trainer: pl.Trainer) -> None:
+        """Let every other ModelCheckpoint keep its best of this validation now, before ``last.ckpt``
+        records the validated state. Left to Lightning, one that saves at the end of the training epoch
+        (validation once per epoch) writes its best *after* ``last.ckpt``: a kill in between resumed in
+        the next epoch, with a ranking state that never saw this validation, and its best was never
+        written. Done here, Lightning's own call later finds the step saved (or compares again, equal)."""
+        candidates = self._monitor_candidates(trainer)
+        for other in trainer.checkpoint_callbacks:
+            if other is self or not isinstance(other, ModelCheckpoint) or other.save_top_k == 0:
+                continue
+            if other._should_skip_saving_checkpoint(trainer) or (
+                other.monitor is not None and other.monitor not in candidates  # a metric logged later
+            ):
+                continue
+            every = other._every_n_epochs
+            if every >= 1 and (trainer.current_epoch + 1) % every == 0:
+                other._save_topk_checkpoint(trainer, candidates)
+                if other._last_global_step_saved == trainer.global_step:
+                    other._save_last_checkpoint(trainer, candidates)  # as its own hook would (save_last)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # A finished run's last.ckpt is its end, so resuming extends it: the steps since the last periodic
