@@ -216,6 +216,8 @@ def test_plot_never_replaces_its_metrics_or_a_pipe_and_a_failed_draw_keeps_the_o
         assert captioning_main(["plot", str(csv_file), "--out", str(out)]) == 2
         assert_one_line(capsys.readouterr().err, f"--out {out}", fragment)
     assert csv_file.read_bytes() == before and fifo.is_fifo() and link.is_symlink()
+    assert captioning_main(["plot", str(csv_file), "--out", str(tmp_path / "curves")]) == 2  # no format
+    assert_one_line(capsys.readouterr().err, "the suffix (none) names no image format; expected one of")
     assert captioning_main(["plot", str(csv_file)]) == 0
     png = tmp_path / "curves.png"
     good = png.read_bytes()

@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
             flag="--out" if args.out is not None else "",
             inputs={metrics_csv: "the metrics.csv being plotted"},
         )
+        _check_format(out.path)
         with out.replacing() as temp:  # the temp file keeps the suffix matplotlib picks the format by
             plot_curves(args.run_dir, temp)
     except (OSError, ValueError) as err:
@@ -42,3 +43,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote {out.path}")
     return 0
+
+
+def _check_format(path: Path) -> None:
+    """matplotlib picks the format by the suffix (kept by the temp file it writes): a known one."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in formats:
+        raise ValueError(
+            f"--out {path}: the suffix {path.suffix or '(none)'} names no image format; expected one of "
+            + ", ".join(f".{f}" for f in sorted(formats))
+        )
