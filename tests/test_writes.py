@@ -262,3 +262,19 @@ def test_export_refuses_a_link_to_its_source_and_writes_through_a_link_to_an_exp
     assert captioning_main(["export", str(good_checkpoint), str(link), "--fp16"]) == 0
     assert link.is_symlink() and model_kind(real) == EXPORT
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.safetensors", "real.safetensors"]
+
+
+def test_the_attention_figure_is_written_whole_and_never_over_a_model(good_checkpoint, tmp_path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    from captioning.inference.viz import save_attention_figure
+
+    image = Image.fromarray(np.zeros((32, 32, 3), dtype=np.uint8))
+    figure = (image, ["a", "dot"], np.full((2, 4), 0.25), (2, 2))
+    before = good_checkpoint.read_bytes()
+    with pytest.raises(OutputError, match="is a training checkpoint"):
+        save_attention_figure(good_checkpoint, *figure)
+    assert good_checkpoint.read_bytes() == before
+    out = save_attention_figure(tmp_path / "figs" / "a.png", *figure)
+    assert Image.open(out).format == "PNG" and [p.name for p in out.parent.iterdir()] == ["a.png"]

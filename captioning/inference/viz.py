@@ -146,10 +146,15 @@ def render_overlay(
 
 
 def save_attention_figure(path: str | Path, *args, **kwargs) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    render_overlay(*args, **kwargs).save(path)
-    return path
+    """``render_overlay(*args, **kwargs)`` written to ``path`` (its suffix names the format) through
+    ``captioning.writes``: never over a model file or a device, whole or not at all."""
+    from captioning.writes import output
+
+    out = output(path, "the attention figure")
+    picture = render_overlay(*args, **kwargs)
+    with out.replacing() as temp:  # the temp file keeps the suffix PIL picks the format by
+        picture.save(temp)
+    return out.path
 
 
 def figure_array(*args, **kwargs) -> np.ndarray:
