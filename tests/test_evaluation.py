@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,3 +154,36 @@ def test_one_unreadable_image_is_skipped_and_reported_not_the_end_of_the_split(t
         f"{tmp_path / 'broken.jpg'}: not a readable image (truncated)"
     ]
     assert "skipped 1 unreadable images (not scored)" in format_evaluation(evaluation)
+
+
+def test_evaluate_without_data_refuses_a_photo_model_instead_of_scoring_synthetic_scenes(tmp_path, capsys):
+    from corpus import write_checkpoint
+
+    zoo = Path(__file__).resolve().parents[1] / "docs" / "models" / "flickr8k_soft_scst.safetensors"
+    photo_words = ["dog", "runs", "through", "grass", "man", "rides", "bike", "a"]
+    for checkpoint in (zoo, write_checkpoint(tmp_path / "photos.ckpt", words=photo_words)):
+        assert main(["evaluate", "--checkpoint", str(checkpoint), "--out-dir", str(tmp_path / "ev")]) == 2
+        err = capsys.readouterr().err
+        assert f"{checkpoint}: no data= given" in err and "data=flickr8k" in err and "data=synthetic" in err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "ev").exists()
+
+
+def test_evaluate_without_data_uses_the_data_the_checkpoint_records(tmp_path, capsys):
+    import torch
+
+    from corpus import build_module, checkpoint_dict
+
+    checkpoint = checkpoint_dict(build_module(["dog", "runs"]))
+    checkpoint["captioning"]["provenance"]["data"] = "mystery_corpus"
+    torch.save(checkpoint, tmp_path / "m.ckpt")
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "m.ckpt")]) == 2
+    assert "was trained on data 'mystery_corpus', which is not a data config here" in capsys.readouterr().err
+
+
+def test_a_synthetic_vocabulary_is_recognised_and_a_photo_one_is_not():
+    from captioning.inference.evaluation import trained_data
+
+    scenes = ["<pad>", "<start>", "<end>", "<unk>", "a", "big", "red", "circle", "in", "the", "top", "left"]
+    assert trained_data({"vocab": {"itos": scenes}}) == "synthetic"
+    assert trained_data({"vocab": {"itos": [*scenes[:4], "a", "dog", "on", "the", "grass", "runs"]}}) is None
+    assert trained_data({"vocab": {"itos": scenes}, "provenance": {"data": "flickr8k"}}) == "flickr8k"

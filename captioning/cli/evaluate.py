@@ -3,7 +3,10 @@
 Decodes a split with a trained checkpoint, writes the COCO results file and a scores JSON, and prints
 BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (0-1 scale) with the decoding settings, SPICE
 when it can run (else why not), NLTK BLEU as a cross-check and, on synthetic scenes, attention grounding.
-Overrides compose captioning/conf/eval.yaml (its data group is captioning/conf/data/*, as in training). ``rerank=consensus``
+Overrides compose captioning/conf/eval.yaml (its data group is captioning/conf/data/*, as in training).
+Without data=, the data is the checkpoint's: the one its provenance records, or synthetic scenes for a
+vocabulary of synthetic-scene words; any other checkpoint is refused until data= names its data
+(never scored on scenes it was not trained on). ``rerank=consensus``
 keeps, among each checkpoint's beams and samples, the caption a CIDEr-D vote prefers (captioning/conf/rerank/
 consensus.yaml; the memory of nearest images is built from the data's training split).
 """
@@ -54,6 +57,37 @@ def default_out_dir(checkpoints: list[Path], data: str, split: str, num_beams: i
     return Path("outputs") / "evaluate" / members_stem(checkpoints) / f"{data}-{split}-beam{num_beams}"
 
 
+def _chooses_data(override: str) -> bool:
+    """Whether a Hydra override picks the data config (data=..., +data=..., ~data), not one of its keys."""
+    key = override.split("=", 1)[0].lstrip("+~").strip()
+    return key == "data"
+
+
+def infer_data(checkpoints: list[Path]) -> str:
+    """The data config to score ``checkpoints`` on when no data= is given (``trained_data`` of the first,
+    an ensemble's members share the vocabulary); a ValueError naming the data configs otherwise."""
+    from captioning.checkpoints.load import read_weights_and_meta
+    from captioning.inference.evaluation import trained_data
+    from captioning.training.config import CONFIG_DIR
+
+    available = sorted(p.stem for p in (Path(CONFIG_DIR) / "data").glob("*.yaml"))
+    _, meta = read_weights_and_meta(checkpoints[0])
+    name = trained_data(meta)
+    if name is None:
+        words = len((meta.get("vocab") or {}).get("itos") or [])
+        raise ValueError(
+            f"{checkpoints[0]}: no data= given and the checkpoint does not record its data (its {words}-word "
+            f"vocabulary is not the synthetic scenes'); name the data it was trained on, one of "
+            f"{', '.join(f'data={n}' for n in available)}"
+        )
+    if name not in available:
+        raise ValueError(
+            f"{checkpoints[0]}: was trained on data {name!r}, which is not a data config here; name one of "
+            f"{', '.join(f'data={n}' for n in available)}"
+        )
+    return name
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here so `captioning caption` and `captioning score` do not pay for Hydra composition.
     import hydra
@@ -70,7 +104,10 @@ def run(args: argparse.Namespace) -> int:
     from captioning.training.validate import check_eval_config
 
     try:
-        cfg, choices = compose_config("eval", list(args.overrides))
+        overrides = list(args.overrides)
+        if not any(_chooses_data(o) for o in overrides):  # the checkpoint's data, not eval.yaml's default
+            overrides.insert(0, f"data={infer_data(args.checkpoint)}")
+        cfg, choices = compose_config("eval", overrides)
         check_eval_config(cfg)  # unknown keys (+bogus=1), feature_cache=maybe, data.test.seed=abc: one line
         if args.out_dir is not None and args.out_dir.exists() and not args.out_dir.is_dir():
             raise ValueError(
