@@ -253,7 +253,14 @@ def build_demo(captioner: Captioner, max_upload_bytes: int = MAX_UPLOAD_BYTES):
                         1, 10, value=captioner.decoding.num_beams, step=1, label="num_beams",
                         elem_id="num-beams", interactive=beam_search,
                     )  # fmt: skip
-                    nrs = gr.Slider(1, 5, value=1, step=1, label="num_return_sequences (n-best / samples)")
+                    nrs = gr.Slider(
+                        1,
+                        5,
+                        value=1,
+                        step=1,
+                        label="num_return_sequences (n-best / samples)",
+                        elem_id="num-return",
+                    )
                     do_sample = gr.Checkbox(value=not beam_search, label="do_sample", elem_id="do-sample")
                     note = gr.Markdown(decoding_note(not beam_search), elem_id="decoding-note")
                     temperature = gr.Slider(
