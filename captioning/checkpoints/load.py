@@ -11,6 +11,7 @@ interpolation and its weights must be finite. Training checkpoints and weights-o
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 import warnings
@@ -29,7 +30,7 @@ from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
 from captioning.models.captioner import CaptionModel
-from captioning.models.registry import MODEL_CLASSES, SIZE_BOUNDS, bad_sizes, canonical_name
+from captioning.models.registry import MODEL_CLASSES, SIZE_BOUNDS, bad_sizes, canonical_name, size_problem
 
 
 class CheckpointError(ValueError):
@@ -214,7 +215,13 @@ def _network_config(meta: dict, path: Path) -> dict:
     text = meta.get("net_config")
     if not isinstance(text, str | dict):
         raise CheckpointError(f"{path}: '{CHECKPOINT_KEY}.net_config' is missing or not YAML text")
-    if isinstance(text, str) and "${" in text:  # ${oc.env:...} and friends would read the environment
+    try:  # a mapping (an export's JSON header) is checked as text too: its strings, keys and values
+        flat = text if isinstance(text, str) else json.dumps(text, default=repr)
+    except (RecursionError, ValueError):  # nested thousands of levels deep, or a circular reference
+        raise CheckpointError(
+            f"{path}: net_config is nested too deeply; a saved config has a few levels"
+        ) from None
+    if "${" in flat:  # ${oc.env:...} and friends would read the environment when the network is built
         raise CheckpointError(
             f"{path}: net_config holds an interpolation ('${{...}}'); a saved config is literal"
         )
@@ -310,6 +317,15 @@ def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCaptioner:
     by_name = meta.get("encoder_weights")  # an export that references its pretrained encoder
     if "pretrained" in encoder_cfg and not by_name:
         encoder_cfg["pretrained"] = False  # the trained weights come from the state dict below
+    image_size = meta.get("image_size")
+    sized = isinstance(image_size, int) and not isinstance(image_size, bool) and 8 <= image_size <= 2048
+    try:  # shapes only (the meta device): sizes each in bounds can still multiply to gigabytes
+        too_large = size_problem({**net_config, "encoder": encoder_cfg}, image_size if sized else None)
+    except Exception as err:  # noqa: BLE001 - a config the constructors refuse is a broken checkpoint
+        reason = " ".join(str(getattr(err, "__cause__", None) or err).split())[:300]
+        raise CheckpointError(f"{path}: the saved network config cannot be built: {reason}") from err
+    if too_large:
+        raise CheckpointError(f"{path}: refused before building it: {too_large}")
     try:
         net: CaptionModel = hydra.utils.instantiate({**net_config, "encoder": encoder_cfg})
     except Exception as err:  # noqa: BLE001 - a config the constructors refuse is a broken checkpoint

@@ -97,3 +97,64 @@ def bad_sizes(
     elif isinstance(node, list):
         for i, value in enumerate(node):
             yield from bad_sizes(value, f"{where}[{i}]", low, skip)
+
+
+# Each size above is bounded alone; their product is not: vocabulary 120k x embedding 16,384, or a 16k-wide
+# encoder, passes every bound and allocates gigabytes. The whole network is bounded too, counted on the
+# meta device (shapes only, no memory) before anything is allocated.
+MAX_PARAMETERS = 500_000_000  # ~2 GB of float32; the zoo's largest models have a few tens of millions
+MAX_ACTIVATION = 2**30  # elements of one encoder activation for one image (4 GiB of float32)
+
+
+def _without_weight_files(node: Any) -> Any:
+    """The config with ``pretrained: false`` everywhere: a meta build reads no weight file."""
+    if isinstance(node, dict):
+        return {k: (False if k == "pretrained" else _without_weight_files(v)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_without_weight_files(v) for v in node]
+    return node
+
+
+def network_size(config: dict, image_size: int | None = None) -> tuple[int, int]:
+    """(parameter count, largest activation of the encoder for one ``image_size`` image, in elements; 0
+    without ``image_size``) of a CaptionModel config (registered ``_target_`` names), built on the meta
+    device: nothing is allocated, whatever the sizes ask for. Raises what the constructors raise."""
+    import warnings
+
+    import hydra
+    import torch
+
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")  # "pretrained=False, ignoring weights_path": said by the real build
+        net = hydra.utils.instantiate(_without_weight_files(config), _convert_="all")
+    parameters = sum(p.numel() for p in net.parameters())
+    if not image_size:
+        return parameters, 0
+    largest = [image_size * image_size * 3]
+
+    def record(module, inputs, output) -> None:
+        for tensor in output if isinstance(output, tuple | list) else (output,):
+            if isinstance(tensor, torch.Tensor):
+                largest[0] = max(largest[0], tensor.numel())
+
+    hooks = [m.register_forward_hook(record) for m in net.encoder.modules()]
+    try:
+        with torch.no_grad():
+            net.encoder.encode(torch.empty(1, 3, image_size, image_size, device="meta"))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return parameters, largest[0]
+
+
+def size_problem(config: dict, image_size: int | None = None) -> str | None:
+    """What is too large about the network of ``config`` (one phrase), or None when it fits the bounds."""
+    parameters, activation = network_size(config, image_size)
+    if parameters > MAX_PARAMETERS:
+        return f"the network has {parameters:,} parameters; expected at most {MAX_PARAMETERS:,}"
+    if activation > MAX_ACTIVATION:
+        return (
+            f"the encoder's largest activation for one {image_size}x{image_size} image has {activation:,} "
+            f"elements; expected at most {MAX_ACTIVATION:,}"
+        )
+    return None

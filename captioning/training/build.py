@@ -7,6 +7,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from captioning.data.vocab import Vocab
+from captioning.models.registry import size_problem
 from captioning.training.lit_module import CaptionLitModule
 
 
@@ -31,7 +32,14 @@ def build_net(model_cfg: DictConfig, vocab_size: int):
 def build_model(model_cfg: DictConfig, vocab: Vocab) -> CaptionLitModule:
     """The CaptionLitModule of ``model_cfg`` (``cfg.model``) for ``vocab``; its network config travels
     with every checkpoint as YAML text (plain data, not code)."""
-    net_yaml = OmegaConf.to_yaml(net_config(model_cfg, len(vocab)))
+    net = net_config(model_cfg, len(vocab))
+    image_size = model_cfg.get("image_size")
+    too_large = size_problem(OmegaConf.to_container(net), image_size if isinstance(image_size, int) else None)
+    if too_large:  # counted on the meta device: refused before gigabytes are allocated
+        from captioning.training.validate import ConfigError
+
+        raise ConfigError(f"model: {too_large}")
+    net_yaml = OmegaConf.to_yaml(net)
     model_dict = OmegaConf.to_container(model_cfg, resolve=True)
     model_dict["decoder"]["vocab_size"] = len(vocab)
     return hydra.utils.instantiate(model_dict, vocab=vocab.to_dict(), net_config=net_yaml, _convert_="all")

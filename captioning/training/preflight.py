@@ -28,7 +28,8 @@ def check_model_config(cfg: DictConfig) -> None:
         try:
             build_model(cfg.model, vocab)  # built, checked, dropped
         except Exception as err:  # noqa: BLE001 - whatever a constructor refuses is a config error
-            raise ConfigError(f"model: {one_line(err)}") from err
+            message = one_line(err)
+            raise ConfigError(message if message.startswith("model:") else f"model: {message}") from err
 
 
 def check_init_from(path: str | None) -> None:
