@@ -44,7 +44,9 @@ class ProgressLines(pl.Callback):
         train = " ".join(
             f"{k} {float(v):.3f}"
             for k, v in metrics.items()
-            if k in ("train/loss", "train/xent", "train/reward")  # reward: SCST
+            # loss = xent + attention_reg (λ·eq. 14, the doubly stochastic penalty): printed side by side so a
+            # loss of ~30 next to a cross-entropy of ~3 reads as the penalty, not as a broken run
+            if k in ("train/loss", "train/xent", "train/attention_reg", "train/reward")  # reward: SCST
         )
         val = " ".join(
             f"{k} {float(v):.3f}"
