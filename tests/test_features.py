@@ -201,3 +201,58 @@ def test_flickr8k_photos_cached_as_the_live_lite0_encoder_sees_them(tmp_path):
     live = live_features(encoder, source, 224)
     assert cached.shape == (2, 196, 112)
     torch.testing.assert_close(cached, live, rtol=2e-3, atol=5e-2)  # |values| up to ~50: float16 steps ~0.03
+
+
+def _make_read_only(folder, monkeypatch) -> None:
+    """``folder`` read-only: by chmod where that stops writes; as root (tests run so), where it does not,
+    as a read-only mount looks to ``os.access``."""
+    import os
+    from pathlib import Path
+
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o555)
+    if os.access(folder, os.W_OK):  # root: chmod does not stop its writes
+        real = os.access
+        monkeypatch.setattr(
+            os,
+            "access",
+            lambda p, mode, *a, **k: (
+                False if mode & os.W_OK and Path(p).is_relative_to(folder) else real(p, mode, *a, **k)
+            ),
+        )
+
+
+def test_a_read_only_feature_cache_is_one_line_naming_the_folder_and_serves_what_it_holds(
+    tmp_path, monkeypatch
+):
+    from captioning.data.readers import DatasetError
+
+    source = SyntheticSource(4, seed=3, split="val")
+    empty = tmp_path / "empty"
+    _make_read_only(empty, monkeypatch)
+    with pytest.raises(
+        DatasetError, match=rf"^{empty}: cannot store the cached features there \(the folder "
+    ):
+        FeatureCache(frozen_cnn(), empty, progress=False).features(source, 64)
+    full = tmp_path / "full"
+    expected = FeatureCache(frozen_cnn(), full, progress=False).features(source, 64)
+    _make_read_only(full, monkeypatch)
+    for path in full.rglob("*"):
+        path.chmod(0o444 if path.is_file() else 0o555)
+    encoder = frozen_cnn()
+    calls = count_images(encoder)
+    features = FeatureCache(encoder, full, progress=False).features(source, 64)  # all cached: read only
+    assert calls == [] and torch.equal(features(2), expected(2))
+
+
+def test_a_read_only_image_check_cache_is_one_line_naming_the_folder(tmp_path, photo, monkeypatch):
+    from captioning.data.readers import DatasetError
+    from captioning.data.verify import check_images
+
+    cache = tmp_path / "cache"
+    _make_read_only(cache, monkeypatch)
+    with pytest.raises(
+        DatasetError,
+        match=rf"data.check_cache={cache}: cannot store the image checks there \(the folder {cache}",
+    ):
+        check_images([photo], cache)

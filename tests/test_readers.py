@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -411,3 +412,17 @@ def test_a_split_whose_every_image_is_skipped_says_so(tmp_path: Path) -> None:
         DatasetError, match=r"Flickr_8k\.devImages\.txt: no usable image in the 'dev' split list: none listed"
     ):
         read_flickr8k(root, "dev")
+
+
+def test_a_fifo_among_the_images_is_not_a_regular_file_not_a_missing_one(tmp_path: Path) -> None:
+    root = _flickr(tmp_path)
+    image = root / "Flicker8k_Dataset" / "111_a.jpg"
+    image.unlink()
+    os.mkfifo(image)  # reading it would block the loader forever (a /dev/zero link would never end)
+    with pytest.raises(
+        DatasetError,
+        match=rf"{image} is not a regular file \(a pipe, device or socket\); expected an image file",
+    ):
+        read_flickr8k(root, "train")
+    records = read_flickr8k(root, "train", on_error="skip")
+    assert image not in [r.path for r in records]

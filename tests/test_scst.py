@@ -248,3 +248,18 @@ def test_an_scst_run_stopped_by_sigterm_resumes_with_the_command_its_message_adv
         train(compose_train([*TINY, "objective=scst", f"ckpt_path={xe}", "trainer.max_steps=9"], tmp_path))
     with pytest.raises(ConfigError, match=r"init_from=None: objective=scst starts from .*or ckpt_path=last"):
         check_config(compose_train([*TINY, "objective=scst"], tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("model.sample_temperature=0", r"sample_temperature=0, expected a number in \[1e-4, 100\]"),
+        ("model.sample_max_new_tokens=0", r"sample_max_new_tokens=0, expected an integer in \[1, 1000\]"),
+    ],
+)
+def test_sampling_settings_that_fail_at_the_first_step_are_refused_at_start_up(tmp_path, override, fragment):
+    from captioning.training.preflight import check_model_config
+
+    cfg = compose_train([*TINY, "objective=scst", "init_from=x.ckpt", override], tmp_path)
+    with pytest.raises(ConfigError, match=rf"^model(\.\w+)?: objective scst: {fragment}"):
+        check_model_config(cfg)  # the start-up build: before any data is read

@@ -31,7 +31,9 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm  # the text bar: tqdm.auto warns at import in a kernel without ipywidgets
 
+from captioning.data.files import folder_problem
 from captioning.data.images import image_to_tensor
+from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, RecordSource
 
 FORMAT_VERSION = 1  # bump when the layout or the way features are computed changes
@@ -157,8 +159,19 @@ class FeatureCache:
     def features(self, source: CaptionSource, image_size: int) -> CachedFeatures:
         """The cached features of every image of ``source``, encoding (and storing) the missing ones."""
         directory = self.directory(image_size)
-        directory.mkdir(parents=True, exist_ok=True)
         keys = [image_key(source, i) for i in range(len(source))]
+        problem = folder_problem(directory)
+        if problem:  # a read-only cache serves what it holds; anything to add needs a writable folder
+            index = _read_index(directory, self.key_ingredients(image_size))
+            if directory.is_dir() and all(k in index["images"] for k in keys):
+                return CachedFeatures(
+                    directory, index["chunks"], [tuple(index["images"][k][:2]) for k in keys]
+                )
+            raise DatasetError(
+                f"{self.cache_dir}: cannot store the cached features there ({problem}); expected a writable "
+                "folder (data.feature_cache.cache_dir: paths.cache, $CAPTIONING_CACHE)"
+            )
+        directory.mkdir(parents=True, exist_ok=True)
         with _locked(directory / ".lock"):  # concurrent runs (DDP ranks, sweeps) encode each image once
             index = _read_index(directory, self.key_ingredients(image_size))
             todo: dict[str, int] = {}  # image key -> first index with those pixels

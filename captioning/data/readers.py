@@ -111,6 +111,13 @@ def _make_record(
     if path.is_dir():
         report("missing image file", where, f"{path} is a folder; expected an image file")
         return None
+    if path.exists() and not path.is_file():  # a FIFO would block the loader, /dev/zero never end
+        report(
+            "image not a regular file",
+            where,
+            f"{path} is not a regular file (a pipe, device or socket); expected an image file",
+        )
+        return None
     if not path.is_file():  # a stat per image: cheap enough for COCO-sized sets, no decoding
         report("missing image file", where, f"image file {path} does not exist; expected it on disk")
         return None

@@ -16,6 +16,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from captioning.data.files import folder_problem
 from captioning.data.images import ImageError, load_rgb
 from captioning.data.readers import DatasetError
 
@@ -60,12 +61,22 @@ def check_images(
         for i, verdict in zip(todo, pool.map(lambda i: _verdict(Path(paths[i])), todo)):
             cache[keys[i]] = verdict
     if cache_file is not None and todo:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(cache_file.with_suffix(".lock"), "w") as lock:  # runs sharing a cache write in turn
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cache))
-            os.replace(tmp, cache_file)
+        problem = folder_problem(cache_file.parent)  # a read-only cache: one line, not a traceback
+        try:
+            if problem:
+                raise OSError(problem)
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(cache_file.with_suffix(".lock"), "w") as lock:  # runs sharing a cache write in turn
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(cache))
+                os.replace(tmp, cache_file)
+        except OSError as err:
+            raise DatasetError(
+                f"data.check_cache={cache_dir}: cannot store the image checks there "
+                f"({problem or err.strerror or err}); expected a writable folder (paths.cache, "
+                "$CAPTIONING_CACHE)"
+            ) from err
     return {i: cache[k] for i, k in enumerate(keys) if cache[k]}
 
 
@@ -87,8 +98,17 @@ def apply_policy(name: str, bad: dict[int, str], total: int, policy: str, max_ba
             f"{max_bad_fraction} allows; the first: {first}"
         )
     if listing is not None:
-        Path(listing).parent.mkdir(parents=True, exist_ok=True)
-        Path(listing).write_text("".join(f"{reason}\n" for reason in bad.values()))
+        problem = folder_problem(Path(listing).parent)
+        try:
+            if problem:
+                raise OSError(problem)
+            Path(listing).parent.mkdir(parents=True, exist_ok=True)
+            Path(listing).write_text("".join(f"{reason}\n" for reason in bad.values()))
+        except OSError as err:
+            raise DatasetError(
+                f"data.skipped_list: cannot write {listing} ({problem or err.strerror or err}); expected a "
+                "writable folder (paths.cache, $CAPTIONING_CACHE)"
+            ) from err
     where = f", listed in {listing}" if listing else ""
     print(
         f"{name} split: skipped {len(bad)} of {total} unreadable images{where}; the first: {first}",

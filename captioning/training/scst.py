@@ -45,6 +45,7 @@ from torch import Tensor
 from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
 from captioning.decoding import generate
+from captioning.decoding.config import OPTION_CHECKS
 from captioning.metrics.cider import CiderD
 from captioning.models.attention.estimators import (
     leave_one_out_baseline,  # the same baseline as K-sample REINFORCE
@@ -68,6 +69,10 @@ class SelfCriticalLitModule(CaptionLitModule):
             raise ValueError(
                 f"objective scst: num_samples={num_samples}, expected >= 2 (a leave-one-out baseline)"
             )
+        for name, value in (("temperature", sample_temperature), ("max_new_tokens", sample_max_new_tokens)):
+            ok, expected = OPTION_CHECKS[name]  # the bounds of the decoding option of the same name
+            if not ok(value):  # else the first step fails inside sampling (0: a division, an empty caption)
+                raise ValueError(f"objective scst: sample_{name}={value!r}, expected {expected}")
         self.num_samples = num_samples
         self.sample_temperature, self.sample_max_new_tokens = sample_temperature, sample_max_new_tokens
         attention = getattr(self.net.decoder, "attention", None)
