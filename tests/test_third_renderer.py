@@ -6,8 +6,7 @@ import re
 
 import numpy as np
 import pytest
-
-from third_renderer import render, references
+from third_renderer import references, render
 
 NOMINAL = {
     "red": (230, 50, 50),
