@@ -31,7 +31,9 @@ hard attention, whose locations are trained through the relaxation) the argmax c
 trains the word policy given them.
 
 Switched on by composition, from a cross-entropy checkpoint (weights only, a new optimizer):
-``captioning-train experiment=flickr8k_soft objective=scst init_from=CKPT``.
+``captioning-train experiment=flickr8k_soft objective=scst init_from=CKPT``. A stopped or killed run
+resumes with the same command plus ``ckpt_path=last``: its own weights, optimizer and step are restored
+and ``init_from`` is not loaded again.
 """
 
 from __future__ import annotations
