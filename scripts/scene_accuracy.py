@@ -1,11 +1,16 @@
-"""Object accuracy and grounding of a checkpoint on new synthetic scenes, from both renderers.
+"""Object accuracy and grounding of checkpoints on new synthetic scenes, from three renderers.
 
-    python scripts/scene_accuracy.py CKPT [--scenes 200] [--num-beams 1] [--hard-attention expected] [--json out.json]
+    python scripts/scene_accuracy.py CKPT [CKPT ...] [--scenes 200] [--num-beams 1] [--hard-attention expected] [--json out.json]
 
-Captions N scenes of the project's renderer (a seed stream no split draws from) and N scenes of the
-independently written renderer ``tests/alt_renderer.py`` (loaded from its file: it is a test fixture,
-not part of the package), and prints per renderer: objects named right (size, colour, shape and
-position), extra objects per image, per-attribute agreement, attention grounding and BLEU-4.
+Captions N scenes of each renderer and prints per checkpoint and renderer: objects named right (size,
+colour, shape and position), extra objects per image, per-attribute agreement, attention grounding and
+BLEU-4. The renderers:
+- ``project``: the project's own (captioning.data.synthetic; a seed stream no split draws from);
+- ``alt``: ``tests/alt_renderer.py``, written apart from the project's, but later used to choose a recipe,
+  so no longer held out;
+- ``third``: ``tests/third_renderer.py``, written from the scene spec alone by someone who had not read the
+  other two, and used for no choice at all: the held-out check.
+(The two test renderers are loaded from their files: they are test fixtures, not part of the package.)
 """
 
 from __future__ import annotations
@@ -29,11 +34,21 @@ from captioning.metrics.objects import describe_misplaced, object_accuracy
 REPO = Path(__file__).resolve().parents[1]
 
 
-def alt_renderer():
-    spec = importlib.util.spec_from_file_location("alt_renderer", REPO / "tests" / "alt_renderer.py")
+RENDERERS = ("project", "alt", "third")
+_FILES = {"alt": "alt_renderer", "third": "third_renderer"}
+
+
+def test_renderer(kind: str):
+    """tests/<alt|third>_renderer.py loaded from its file."""
+    name = _FILES[kind]
+    spec = importlib.util.spec_from_file_location(name, REPO / "tests" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def alt_renderer():
+    return test_renderer("alt")
 
 
 def scenes(kind: str, n: int) -> list[tuple[Image.Image, list[dict], list[str]]]:
@@ -48,11 +63,13 @@ def scenes(kind: str, n: int) -> list[tuple[Image.Image, list[dict], list[str]]]
             ]
             out.append((Image.fromarray(s.image), objs, list(s.captions)))
         return out
-    alt = alt_renderer()
+    if kind not in _FILES:
+        raise ValueError(f"renderer {kind!r}: expected one of {RENDERERS}")
+    other = test_renderer(kind)
     rng = np.random.default_rng(4242)
     return [
-        (Image.fromarray(img), objs, alt.references(objs))
-        for img, objs in (alt.render(rng) for _ in range(n))
+        (Image.fromarray(img), objs, other.references(objs))
+        for img, objs in (other.render(rng) for _ in range(n))
     ]
 
 
@@ -75,7 +92,8 @@ def measure(model: Captioner, kind: str, n: int, num_beams: int, hard_attention:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoints", nargs="+", help="checkpoints or exports (each measured on every renderer)")
+    p.add_argument("--renderers", default=",".join(RENDERERS), help="comma-separated (default: %(default)s)")
     p.add_argument("--scenes", type=int, default=200)
     p.add_argument("--num-beams", type=int, default=None, help="default: the checkpoint's decoding")
     p.add_argument(
@@ -86,30 +104,25 @@ def main() -> int:
     )
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
-    model = Captioner.from_checkpoint(args.checkpoint)
-    rows = [
-        measure(model, kind, args.scenes, args.num_beams, args.hard_attention) for kind in ("project", "alt")
-    ]
-    for r in rows:
-        attrs = " ".join(f"{k} {v:.3f}" for k, v in r["attribute_accuracy"].items())
-        looks = " ".join(f"{k} {v:.2f}" for k, v in r["attribute_grounding"].items())
-        print(
-            f"{r['renderer']:>8}: objects right {r['object_accuracy']:.3f} of {r['objects']}, extra/image "
-            f"{r['extra_per_image']:.3f}, grounding {r['grounding']:.3f} ({looks}), BLEU-4 {r['Bleu_4']:.3f} "
-            f"({attrs}); {describe_misplaced(r)}"
-        )
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "checkpoint": Path(args.checkpoint).name,
-                    "num_beams": args.num_beams,
-                    "hard_attention": args.hard_attention,
-                    "rows": rows,
-                },
-                indent=1,
+    kinds = [k for k in args.renderers.split(",") if k]
+    runs = []
+    for checkpoint in args.checkpoints:
+        model = Captioner.from_checkpoint(checkpoint)
+        rows = [measure(model, kind, args.scenes, args.num_beams, args.hard_attention) for kind in kinds]
+        print(Path(checkpoint).name)
+        for r in rows:
+            attrs = " ".join(f"{k} {v:.3f}" for k, v in r["attribute_accuracy"].items())
+            looks = " ".join(f"{k} {v:.2f}" for k, v in r["attribute_grounding"].items())
+            print(
+                f"{r['renderer']:>8}: objects right {r['object_accuracy']:.3f} of {r['objects']}, extra/image "
+                f"{r['extra_per_image']:.3f}, grounding {r['grounding']:.3f} ({looks}), BLEU-4 {r['Bleu_4']:.3f} "
+                f"({attrs}); {describe_misplaced(r)}"
             )
-        )
+        runs.append({"checkpoint": Path(checkpoint).name, "rows": rows})
+    if args.json:
+        meta = {"num_beams": args.num_beams, "hard_attention": args.hard_attention, "scenes": args.scenes}
+        payload = {**runs[0], **meta} if len(runs) == 1 else {**meta, "runs": runs}  # one: the old layout
+        args.json.write_text(json.dumps(payload, indent=1))
     return 0
 
 
