@@ -1,0 +1,98 @@
+"""RunSummary: ``run.json`` in the run folder when fit ends, what a sweep's aggregator reads per job.
+
+``scripts/compare.py MULTIRUN_DIR`` finds every job of a ``captioning-train -m`` sweep by its
+``.hydra/overrides.yaml`` and reads this file beside it, instead of parsing the job's log::
+
+    {"checkpoint": ".../checkpoints/epoch007-step000096-cider0.4123.ckpt",   # best (or last.ckpt)
+     "monitor": "val/CIDEr", "mode": "max", "best_score": 0.4123,
+     "best": {"epoch": 7, "step": 96, "metrics": {"val/CIDEr": 0.4123, "val/Bleu_4": ...}},
+     "last": {...},                     # the last validation, the same fields
+     "global_step": 96, "epochs": 8, "train_seconds": 812.4,
+     "params": {"total": ..., "trainable": ...}}
+
+``best`` holds every ``val/*`` metric of the validation that produced the best checkpoint (the
+checkpoint callback keeps only the monitored value). With no validation (``limit_val_batches=0``,
+``max_steps`` before the first) the checkpoint is last.ckpt, as ``captioning-train`` prints, and ``best``
+is null. Written by global rank 0 only, to a temp file renamed over the old one. A run stopped by a
+signal or an error writes none: a job without run.json did not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
+
+from captioning.training.resume import last_checkpoint_path
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+class RunSummary(pl.Callback):
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.history: list[dict[str, Any]] = []  # one entry per validation: epoch, step, val/* metrics
+        self._start = 0.0
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        metrics = {
+            key: _number(value)
+            for key, value in trainer.callback_metrics.items()
+            if key.startswith("val/") and value is not None
+        }
+        self.history.append({"epoch": trainer.current_epoch, "step": trainer.global_step, "metrics": metrics})
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        ranking = next(
+            (cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.monitor),
+            None,
+        )
+        checkpoint = ranking.best_model_path if ranking is not None else ""
+        best_score = _number(ranking.best_model_score) if ranking is not None else None
+        best = None
+        if ranking is not None and best_score is not None:  # the first validation with that value
+            best = next(
+                (h for h in self.history if h["metrics"].get(ranking.monitor) == best_score),
+                None,
+            )
+        if not checkpoint:
+            last = last_checkpoint_path(str(self.path.parent))
+            checkpoint = str(last) if last.is_file() else ""
+        summary = {
+            "checkpoint": checkpoint or None,
+            "monitor": ranking.monitor if ranking is not None else None,
+            "mode": ranking.mode if ranking is not None else None,
+            "best_score": best_score,
+            "best": best,
+            "last": self.history[-1] if self.history else None,
+            "global_step": trainer.global_step,
+            "epochs": trainer.current_epoch,
+            "train_seconds": time.perf_counter() - self._start,
+            "params": {
+                "total": sum(p.numel() for p in pl_module.parameters()),
+                "trainable": sum(p.numel() for p in pl_module.parameters() if p.requires_grad),
+            },
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        temp.write_text(json.dumps(summary, indent=2) + "\n")
+        os.replace(temp, self.path)
