@@ -5,6 +5,17 @@ ends with adaptive average pooling to ``grid_size`` x ``grid_size`` so decoders 
 the input resolution. Each exposes ``out_dim`` (D), ``grid_size``, ``mean``/``std`` (the input
 normalisation its weights expect, for the data pipeline) and ``trainable``.
 
+Fine-tuning, the same for every family: an encoder is a sequence of named stages, ``stem``,
+``stage1`` .. ``stageK`` and, where there is one, ``head`` (``stage_names``). ``freeze`` with
+``fine_tune_from`` = null keeps all of them fixed; ``fine_tune_from`` = a stage name (or its number k for
+``stage{k}``), ``"last"`` or ``"all"`` trains that stage and every later one; ``freeze: false`` trains
+everything. ``bn_eval`` keeps the trained stages' BatchNorm in eval mode (running statistics fixed, the
+affine weights still learn: small caption batches give noisy statistics); frozen stages' BN always is.
+``lr_scale`` multiplies the optimizer's learning rate for the encoder's parameters (their own parameter
+group, CaptionLitModule.configure_optimizers). The frozen stages before the first trained one are a
+prefix whose activations the feature cache can store (``cache_stop``, ``encode_prefix``; a (B, C, h, w)
+input of C != 3 channels to ``encode`` is such an activation and runs through the trained suffix only).
+
 Pretrained weights are only ever read from local files: nothing here downloads.
 """
 
@@ -23,6 +34,7 @@ from captioning.models.efficientnet_lite import (
     LITE0_STD,
     EfficientNetLite,
     load_weights,
+    scaled_stages,
     stride16_last_block,
 )
 
@@ -33,7 +45,9 @@ RESNET_STAGES = ("layer1", "layer2", "layer3", "layer4")
 
 
 class ImageEncoder(nn.Module):
-    """Shared behaviour: grid pooling, freezing with BN kept in eval mode, the ``trainable`` flag."""
+    """Shared behaviour: grid pooling, named stages, freezing and fine-tuning (BN kept in eval mode where
+    frozen or asked), the ``trainable`` flag. Subclasses set ``_stages``: (stage name, names of the
+    submodules it applies in order), and run them with ``_run``."""
 
     out_dim: int
     grid_size: int
@@ -44,17 +58,115 @@ class ImageEncoder(nn.Module):
         super().__init__()
         # Names of submodules frozen by ``_freeze``; their BN layers stay in eval mode under train().
         self._frozen_names: list[str] = []
+        self._stages: tuple[tuple[str, tuple[str, ...]], ...] = ()
+        self.first_trained = 0  # index into stage_names of the first trained stage; len(...) = none trains
+        self.bn_eval = False
+        self.lr_scale = 1.0
 
     @property
     def trainable(self) -> bool:
         return any(p.requires_grad for p in self.parameters())
 
-    def encode(self, images: Tensor) -> Tensor:
-        """(B, 3, H, W) images in [0, 1] -> (B, L, D) grid, normalised with this encoder's own mean/std
-        (they belong to its weights): the one path of the CaptionModel and the feature cache."""
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self._stages)
+
+    @property
+    def cache_stop(self) -> int:
+        """Index of the stage a prefix cache stops before: the first trained one (0 = nothing to cache;
+        ``len(stage_names)`` = the whole encoder is frozen, its grid is what is cached)."""
+        return self.first_trained
+
+    @property
+    def prefix_channels(self) -> int:
+        """Channels C of the (B, C, h, w) activations ``encode_prefix`` returns (the last BN before the cut)."""
+        bns = [
+            m
+            for _, names in self._stages[: self.cache_stop]
+            for n in names
+            for m in self.get_submodule(n).modules()
+        ]
+        bns = [m for m in bns if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if not bns:
+            raise ValueError(f"{type(self).__name__}: no frozen prefix before {self.stage_names[0]}")
+        return bns[-1].num_features
+
+    def prefix_state_dict(self) -> dict[str, Tensor]:
+        """The parameters and buffers of the stages before ``cache_stop``: all the prefix depends on."""
+        names = [n for _, group in self._stages[: self.cache_stop] for n in group]
+        return {k: v for k, v in self.state_dict().items() if any(k.startswith(f"{n}.") for n in names)}
+
+    def _normalise(self, images: Tensor) -> Tensor:
         mean = images.new_tensor(self.mean).view(1, 3, 1, 1)
         std = images.new_tensor(self.std).view(1, 3, 1, 1)
-        return self((images - mean) / std)
+        return (images - mean) / std
+
+    def encode(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) images in [0, 1] -> (B, L, D) grid, normalised with this encoder's own mean/std
+        (they belong to its weights): the one path of the CaptionModel and the feature cache. A (B, C, h, w)
+        input with C != 3 is a cached prefix activation (``encode_prefix``): only the later stages run."""
+        if images.dim() == 4 and images.shape[1] != 3:
+            stop = self.cache_stop
+            if not 0 < stop < len(self._stages) or images.shape[1] != self.prefix_channels:
+                raise ValueError(
+                    f"{type(self).__name__}.encode: got a ({', '.join(map(str, images.shape))}) input, neither "
+                    f"3-channel images nor the cached activations before its first trained stage"
+                )
+            return self.forward_from(images, stop)  # (B, L, D)
+        return self(self._normalise(images))
+
+    @torch.no_grad()
+    def encode_prefix(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) images in [0, 1] -> (B, C, h, w) activations of the frozen stages before
+        ``cache_stop``, what the feature cache stores for a fine-tuned encoder."""
+        return self._run(self._normalise(images), 0, self.cache_stop)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.forward_from(images, 0)  # (B, L, D)
+
+    def forward_from(self, x: Tensor, start: int) -> Tensor:
+        """The input of stage ``start`` (normalised images for 0) -> (B, L, D) grid."""
+        return self._to_grid(self._run(x, start, len(self._stages)))
+
+    def _run(self, x: Tensor, start: int, stop: int) -> Tensor:
+        for _, names in self._stages[start:stop]:
+            for name in names:
+                x = self.get_submodule(name)(x)
+        return x
+
+    def _configure_training(
+        self, freeze: bool, fine_tune_from: str | int | None, bn_eval: bool, lr_scale: float
+    ) -> None:
+        """Freeze the stages before the first trained one (see the module docstring); needs ``_stages``."""
+        what, names = type(self).__name__, self.stage_names
+        if not lr_scale > 0:
+            raise ValueError(
+                f"{what}: lr_scale must be > 0 (encoder LR = lr_scale x the optimizer's lr), got {lr_scale}"
+            )
+        if fine_tune_from is not None and not freeze:
+            raise ValueError("fine_tune_from only applies with freeze=True (freeze=False trains everything)")
+        numbered = [n for n in names if n.startswith("stage")]
+        if fine_tune_from is None:
+            first = len(names) if freeze else 0
+        elif fine_tune_from == "all":
+            first = 0
+        elif fine_tune_from == "last":
+            first = len(names) - 1
+        elif (
+            isinstance(fine_tune_from, int)
+            and not isinstance(fine_tune_from, bool)
+            and 1 <= fine_tune_from <= len(numbered)
+        ):
+            first = names.index(f"stage{fine_tune_from}")
+        elif isinstance(fine_tune_from, str) and fine_tune_from in names:
+            first = names.index(fine_tune_from)
+        else:
+            raise ValueError(
+                f"{what}: fine_tune_from={fine_tune_from!r}, expected null, 'all', 'last', a stage "
+                f"({', '.join(names)}) or a stage number 1..{len(numbered)}"
+            )
+        self.first_trained, self.bn_eval, self.lr_scale = first, bn_eval, float(lr_scale)
+        self._freeze([n for _, group in self._stages[:first] for n in group])
 
     def _to_grid(self, fmap: Tensor) -> Tensor:
         # Adaptive pooling also *enlarges* a small map (each output cell averages the input cells it
@@ -75,6 +187,10 @@ class ImageEncoder(nn.Module):
         # Frozen BN must not update running stats from caption batches: they define the features.
         for name in self._frozen_names:
             self.get_submodule(name).eval()
+        if self.bn_eval:  # trained stages too: weights learn, running statistics stay the pretrained ones
+            for module in self.modules():
+                if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.eval()
         return self
 
 
@@ -119,6 +235,10 @@ class SmallCNN(ImageEncoder):
         context_kernel: int = 3,
         centred: bool = False,
         stride: int = 8,
+        freeze: bool = False,
+        fine_tune_from: str | int | None = None,
+        bn_eval: bool = False,
+        lr_scale: float = 1.0,
     ):
         super().__init__()
         if out_dim < 1 or grid_size < 1 or width < 1:
@@ -140,9 +260,14 @@ class SmallCNN(ImageEncoder):
             _conv_bn_relu(2 * width, 4 * width, k, 1, k // 2),  # (B, 4w, H/s, W/s)
             _conv_bn_relu(4 * width, out_dim, 1, 1, 0),  # (B, out_dim, H/s, W/s)
         )
-
-    def forward(self, images: Tensor) -> Tensor:
-        return self._to_grid(self.body(images))  # (B, L, out_dim)
+        # Trained from scratch by default (freeze=false); stages as for the pretrained encoders.
+        self._stages = (
+            ("stem", ("body.0",)),
+            ("stage1", ("body.1",)),
+            ("stage2", ("body.2",)),
+            ("stage3", ("body.3",)),
+        )
+        self._configure_training(freeze, fine_tune_from, bn_eval, lr_scale)
 
 
 def _missing_weights_message(what: str, weights_path: str | None) -> str:
@@ -163,8 +288,9 @@ def _check_out_dim(what: str, actual: int, declared: int | None) -> int:
 class TorchvisionEncoder(ImageEncoder):
     """A torchvision ResNet cut before avgpool/fc: (B, 3, H, W) -> (B, C, H/32, W/32) -> grid.
 
-    ``freeze`` keeps the backbone fixed (the paper's setting); with ``fine_tune_from`` = k in 1..4 the
-    stages layer{k}..layer4 train while the stem and earlier stages stay frozen.
+    ``freeze`` keeps the backbone fixed (the paper's setting); with ``fine_tune_from`` = k in 1..4 (or
+    ``stage{k}``, ``last``, ``all``) the stages layer{k}..layer4 train while the stem and earlier stages
+    stay frozen. Stages: stem (conv1, bn1, relu, maxpool), stage1..stage4 (layer1..layer4).
     """
 
     def __init__(
@@ -174,21 +300,14 @@ class TorchvisionEncoder(ImageEncoder):
         pretrained: bool = True,
         freeze: bool = True,
         grid_size: int = 14,
-        fine_tune_from: int | None = None,
+        fine_tune_from: str | int | None = None,
         out_dim: int | None = None,
+        bn_eval: bool = False,
+        lr_scale: float = 1.0,
     ):
         super().__init__()
         if arch not in RESNET_ARCHS:
             raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(RESNET_ARCHS)}")
-        if fine_tune_from is not None:
-            if not freeze:
-                raise ValueError(
-                    "fine_tune_from only applies with freeze=True (freeze=False trains everything)"
-                )
-            if fine_tune_from not in range(1, len(RESNET_STAGES) + 1):
-                raise ValueError(
-                    f"fine_tune_from must be 1..4 (first trainable layerN), got {fine_tune_from}"
-                )
         # weights=None: torchvision must never fetch anything; pretrained weights come from weights_path.
         net = getattr(torchvision.models, arch)(weights=None)
         if pretrained:
@@ -211,14 +330,10 @@ class TorchvisionEncoder(ImageEncoder):
         # Same attribute names as torchvision so these state dicts read like the original's.
         self.conv1, self.bn1, self.relu, self.maxpool = net.conv1, net.bn1, net.relu, net.maxpool
         self.layer1, self.layer2, self.layer3, self.layer4 = net.layer1, net.layer2, net.layer3, net.layer4
-        if freeze:
-            n_frozen = len(RESNET_STAGES) if fine_tune_from is None else fine_tune_from - 1
-            self._freeze(["conv1", "bn1", *RESNET_STAGES[:n_frozen]])
-
-    def forward(self, images: Tensor) -> Tensor:
-        x = self.maxpool(self.relu(self.bn1(self.conv1(images))))  # (B, 64, H/4, W/4)
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (B, out_dim, H/32, W/32)
-        return self._to_grid(x)  # (B, L, out_dim)
+        # stem: (B, 64, H/4, W/4); stage4: (B, out_dim, H/32, W/32)
+        stages = [(f"stage{k}", (name,)) for k, name in enumerate(RESNET_STAGES, 1)]
+        self._stages = (("stem", ("conv1", "bn1", "relu", "maxpool")), *stages)
+        self._configure_training(freeze, fine_tune_from, bn_eval, lr_scale)
 
 
 class EfficientNetLiteEncoder(ImageEncoder):
@@ -230,6 +345,10 @@ class EfficientNetLiteEncoder(ImageEncoder):
     stride-16 cells and concatenated (D = 1392 / 1392 / 1400): each of the 14x14 cells keeps its
     fine local features and gets the semantic head vector of the 2x2 block it lies in.
     Layers past the chosen stage (and the classifier) are dropped after the strict load.
+
+    Fine-tuning stages: stem, stage1..stage7 (B0's seven MBConv stages, scaled; stride16 keeps stage1..5)
+    and head (conv_head+BN+ReLU6, for head/multilevel). ``multilevel`` reads the stride-16 map (the end of
+    stage5) beside the head, so its prefix cache stops at stage6 at the latest.
     """
 
     STAGES = ("stride16", "head", "multilevel")
@@ -243,6 +362,9 @@ class EfficientNetLiteEncoder(ImageEncoder):
         stage: str = "stride16",
         out_dim: int | None = None,
         variant: str = "lite0",
+        fine_tune_from: str | int | None = None,
+        bn_eval: bool = False,
+        lr_scale: float = 1.0,
     ):
         super().__init__()
         if stage not in self.STAGES:
@@ -275,15 +397,26 @@ class EfficientNetLiteEncoder(ImageEncoder):
             self.head = net.head()
             actual = net._bn1.num_features + (s16_dim if stage == "multilevel" else 0)
         self.out_dim = _check_out_dim(f"EfficientNetLiteEncoder({variant}, stage={stage})", actual, out_dim)
-        if freeze:
-            self._freeze(["stem", "blocks", "head"])
+        stages, first = [("stem", ("stem",))], 0
+        for k, st in enumerate(scaled_stages(variant)[: 5 if stage == "stride16" else None], 1):
+            stages.append((f"stage{k}", tuple(f"blocks.{i}" for i in range(first, first + st.repeats))))
+            first += st.repeats
+        self._stages = (*stages, *([("head", ("head",))] if stage != "stride16" else []))
+        self.n_fine_stages = 6  # stem + stage1..5: their output is the stride-16 map
+        self._configure_training(freeze, fine_tune_from, bn_eval, lr_scale)
 
-    def forward(self, images: Tensor) -> Tensor:
-        fine = self.blocks[: self.n_fine](self.stem(images))  # (B, C16, H/16, W/16)
-        if self.stage == "stride16":
-            return self._to_grid(fine)  # (B, L, C16)
-        coarse = self.head(self.blocks[self.n_fine :](fine))  # (B, 1280, H/32, W/32)
-        if self.stage == "head":
-            return self._to_grid(coarse)  # (B, L, 1280)
+    @property
+    def cache_stop(self) -> int:
+        if self.stage == "multilevel" and self.first_trained < len(self._stages):
+            return min(self.first_trained, self.n_fine_stages)  # the stride-16 map is read after stage5
+        return self.first_trained
+
+    def forward_from(self, x: Tensor, start: int) -> Tensor:
+        if self.stage != "multilevel":
+            return self._to_grid(self._run(x, start, len(self._stages)))  # (B, L, C16) or (B, L, 1280)
+        if start > self.n_fine_stages:
+            raise ValueError(f"multilevel needs the stride-16 map: cannot start after stage5 (start={start})")
+        fine = self._run(x, start, self.n_fine_stages)  # (B, C16, H/16, W/16)
+        coarse = self._run(fine, self.n_fine_stages, len(self._stages))  # (B, 1280, H/32, W/32)
         up = F.interpolate(coarse, size=fine.shape[-2:], mode="nearest")  # (B, 1280, H/16, W/16)
         return self._to_grid(torch.cat([fine, up], dim=1))  # (B, L, C16 + 1280)

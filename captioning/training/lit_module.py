@@ -214,10 +214,24 @@ class CaptionLitModule(pl.LightningModule):
 
     # -- optimisation and checkpoints ------------------------------------------------------------------
     def configure_optimizers(self):
+        """The optimizer over the trainable parameters. A trained encoder whose ``lr_scale`` is not 1 (a
+        pretrained one fine-tuned, model.encoder.lr_scale) gets its own parameter group at lr_scale x the
+        optimizer's lr (scaled after construction, so the scheduler's factor applies to both groups);
+        otherwise one group, as before. Both groups share every other setting (weight_decay included):
+        the decoder's norms and biases are not exempted from weight decay, so the encoder's are not either.
+        """
         params = [p for p in self.net.parameters() if p.requires_grad]
+        scale = float(getattr(self.net.encoder, "lr_scale", 1.0))
+        encoder = [p for p in self.net.encoder.parameters() if p.requires_grad]
+        if encoder and scale != 1.0:
+            ids = {id(p) for p in encoder}
+            groups = [{"params": [p for p in params if id(p) not in ids]}, {"params": encoder}]
+            params = [group for group in groups if group["params"]]
         optimizer = (
             self.optimizer_factory(params) if self.optimizer_factory else torch.optim.AdamW(params, 1e-3)
         )
+        if encoder and scale != 1.0:
+            optimizer.param_groups[-1]["lr"] *= scale  # the encoder's group is the last one
         if self.scheduler_factory is None:
             return optimizer
         scheduler = self.scheduler_factory(optimizer, total_steps=self.trainer.estimated_stepping_batches)
