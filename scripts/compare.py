@@ -1,21 +1,26 @@
-"""Compare decoders over seeds: train each (decoder, seed), evaluate on one split, tabulate and plot.
+"""Aggregate a ``captioning-train -m`` sweep: evaluate each job's best checkpoint on one split, tabulate, plot.
 
-    python scripts/compare.py --decoders soft,hard_reinforce,hard_gumbel --seeds 0,1,2 \\
-        --out-dir outputs/compare/synthetic trainer.max_time=00:00:05:00          # synthetic scenes, minutes
-    python scripts/compare.py --experiments flickr8k_soft,flickr8k_hard_reinforce,flickr8k_hard_gumbel \\
-        --out-dir outputs/compare/flickr8k                                         # cached features, ~1 h per run
+    captioning-train -m hydra/launcher=local model/decoder=soft,hard_reinforce,hard_gumbel seed=0,1,2 \\
+        trainer.max_time=00:00:05:00                       # the sweep: 9 jobs, 2 at a time (docs/guides/sweeps.md)
+    python scripts/compare.py multirun/2026-12-04/12-00-00 [--split val --num-beams 3]
 
-Every run is ``captioning.training.train.train`` called in-process on the composed train config (the same code
-path as ``captioning-train``), one after the other like Hydra's basic multirun launcher. In-process
-rather than ``captioning-train -m`` as a subprocess: the checkpoint, wall time and config of each run
-are known exactly, with no parsing of a sweep's stdout. Each run is then scored by
-``captioning.inference.evaluation`` (the code behind ``captioning evaluate``) and leaves
-``OUT/runs/<label>-seed<k>/`` (checkpoints, results.json, scores.json, run.json). A run whose run.json
-exists is not trained again, so an interrupted comparison resumes where it stopped.
+The training is Hydra's: any launcher (``hydra/launcher=local`` = joblib on this machine,
+``hydra/launcher=slurm`` = submitit on a cluster) leaves one folder per job with ``.hydra/`` (its
+overrides and composed config) and ``run.json`` (written when fit ends by the RunSummary callback: the best
+checkpoint, its validation metrics, the train time). This script only reads those folders:
 
-Writes ``OUT/comparison.md`` (mean ± sample std over seeds, 0-1 scale), ``OUT/comparison.png`` (bars
-with ±1 std error bars) and ``OUT/results.json`` (every run). Extra arguments are Hydra overrides given to
-every training run, e.g. ``trainer.max_epochs=3 data.train.num_images=2000``.
+* every job under SWEEP_DIR (any depth, e.g. several sweeps gathered in one folder) is found by its
+  ``.hydra/overrides.yaml``; a job without ``run.json`` did not finish and is listed as skipped;
+* the swept keys are the overrides whose values differ between jobs; the jobs are grouped by those other
+  than ``seed`` (one key: its value is the configuration's name, e.g. ``soft``; several: ``k=v k=v``);
+* each job's best checkpoint is evaluated by ``captioning.inference.evaluation`` (the code behind
+  ``captioning evaluate``) on the job's own data config, into ``JOB/compare/<split>-beam<k>/``
+  (results.json, scores.json, row.json). A job whose row.json was made with the same settings is not
+  evaluated again, so a second call (or ``--replot``) costs seconds.
+
+Writes ``OUT/comparison.md`` (mean ± sample std over seeds, 0-1 scale, and a row per seed),
+``OUT/comparison.png`` (bars with ±1 std error bars, every seed a dot) and ``OUT/results.json`` (every
+job's row); OUT is SWEEP_DIR unless ``--out-dir`` says otherwise.
 """
 
 from __future__ import annotations
@@ -23,12 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
-from itertools import repeat
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib
@@ -36,7 +38,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from omegaconf import open_dict  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour scene_accuracy (a script too)
 from scene_accuracy import measure as scene_measure  # noqa: E402
@@ -45,10 +47,9 @@ from captioning import Captioner  # noqa: E402
 from captioning.cli.runtime import configure_process  # noqa: E402
 from captioning.inference.evaluation import build_source, evaluate_checkpoint, write_evaluation  # noqa: E402
 from captioning.metrics.coco import METRICS  # noqa: E402
-from captioning.training.config import compose_config  # noqa: E402
-from captioning.training.train import train  # noqa: E402
 
 MIN_SEEDS = 3  # the issue asks for >= 3 seeds so that a std means something
+SEED_KEY = "seed"
 COLUMNS = {  # row key -> column title
     "Bleu_1": "BLEU-1",
     "Bleu_2": "BLEU-2",
@@ -69,25 +70,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    what = parser.add_mutually_exclusive_group()
-    what.add_argument(
-        "--decoders",
-        default="soft,hard_reinforce,hard_gumbel",
-        help="comma-separated model/decoder options (default: %(default)s)",
+    parser.add_argument(
+        "sweep_dir", type=Path, nargs="?", default=None,
+        help="a captioning-train -m output folder (hydra.sweep.dir), e.g. multirun/2026-12-04/12-00-00",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="where the table goes (default: SWEEP_DIR)"
     )
-    what.add_argument(
-        "--experiments",
-        default=None,
-        help="comma-separated experiment configs instead, e.g. flickr8k_soft,flickr8k_hard_gumbel",
-    )
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default: %(default)s)")
     parser.add_argument(
         "--allow-few-seeds",
         action="store_true",
-        help=f"allow fewer than {MIN_SEEDS} seeds (smoke tests only)",
-    )
-    parser.add_argument(
-        "--out-dir", type=Path, default=Path("outputs") / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+        help=f"tabulate configurations with fewer than {MIN_SEEDS} seeds (smoke tests only)",
     )
     parser.add_argument("--split", default="test", choices=("val", "test"), help="evaluation split")
     parser.add_argument("--num-beams", type=int, default=3, help="beam size of the evaluation (default: 3)")
@@ -110,83 +103,171 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "written renderer, for the objects / grounding (alt) columns (0 = skip; default: %(default)s)",
     )
     parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="runs trained at once, each in its own process with cpu_count/jobs threads (default: 1). "
-        "On few cores, small models use cores better this way; train times are then measured under load",
-    )
-    parser.add_argument(
         "--replot", type=Path, default=None, metavar="RESULTS_JSON",
         help="only redraw the chart (comparison.png beside it) from a results.json of an earlier run",
     )  # fmt: skip
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every training run")
     args = parser.parse_args(argv)
-    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.metrics = tuple(m for m in args.metrics.split(",") if m.strip())
-    if len(args.seeds) < MIN_SEEDS and not args.allow_few_seeds:
-        parser.error(
-            f"--seeds gives {len(args.seeds)} seeds; a comparison needs >= {MIN_SEEDS} "
-            "(pass --allow-few-seeds for a smoke test)"
-        )
-    if args.experiments:
-        args.runs = [(name, f"experiment={name}") for name in args.experiments.split(",") if name.strip()]
-    else:
-        args.runs = [(name, f"model/decoder={name}") for name in args.decoders.split(",") if name.strip()]
+    if args.replot is None and args.sweep_dir is None:
+        parser.error("give a sweep folder (captioning-train -m ... hydra.sweep.dir) or --replot RESULTS_JSON")
+    if args.sweep_dir is not None and not args.sweep_dir.is_dir():
+        parser.error(f"{args.sweep_dir}: no such folder")
+    if args.out_dir is None:
+        args.out_dir = args.sweep_dir
     return args
 
 
-def run_one(label: str, choice: str, seed: int, args: argparse.Namespace) -> dict:
-    """Train one (label, seed) unless already done, evaluate it, and return its row."""
-    run_dir = args.out_dir / "runs" / f"{label}-seed{seed}"
-    done = run_dir / "run.json"
-    if done.is_file():
-        print(f"[compare] {label} seed {seed}: reusing {done}", flush=True)
-        return json.loads(done.read_text())
-    cfg, choices = compose_config("train", [choice, f"seed={seed}", *args.overrides])
-    with open_dict(cfg):
-        cfg.output_dir = str(run_dir)  # outside a Hydra run there is no ${hydra:runtime.output_dir}
-        if (run_dir / "checkpoints" / "last.ckpt").is_file():  # interrupted: go on from its last.ckpt
-            cfg.ckpt_path = "last"
-    print(f"[compare] training {label} seed {seed} -> {run_dir}", flush=True)
-    start = time.perf_counter()
-    checkpoint = train(cfg)
-    train_seconds = time.perf_counter() - start
-    if not checkpoint:
-        raise RuntimeError(
-            f"{label} seed {seed}: training saved no checkpoint (is a ModelCheckpoint configured?)"
+# --------------------------------------------------------------------------------------------- the jobs
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """``model/decoder=soft`` -> (``model/decoder``, ``soft``); ``+key=v`` / ``++key=v`` -> (``key``, ``v``)."""
+    key, _, value = text.partition("=")
+    return key.lstrip("+~"), value
+
+
+def find_jobs(sweep_dir: Path) -> list[dict]:
+    """Every job folder under ``sweep_dir`` (one holding .hydra/overrides.yaml), in job-number order."""
+    jobs = []
+    for overrides_file in sweep_dir.rglob(".hydra/overrides.yaml"):
+        folder = overrides_file.parent.parent
+        hydra_file = folder / ".hydra" / "hydra.yaml"
+        hydra_cfg = OmegaConf.load(hydra_file).hydra if hydra_file.is_file() else OmegaConf.create({})
+        summary_file = folder / "run.json"
+        jobs.append(
+            {
+                "dir": folder.resolve(),
+                "name": folder.relative_to(sweep_dir).as_posix(),
+                "num": OmegaConf.select(hydra_cfg, "job.num", default=None),
+                "overrides": dict(parse_override(str(o)) for o in OmegaConf.load(overrides_file)),
+                "choices": dict(OmegaConf.select(hydra_cfg, "runtime.choices", default={}) or {}),
+                "cwd": OmegaConf.select(hydra_cfg, "runtime.cwd", default=None),
+                "launcher": dict(OmegaConf.select(hydra_cfg, "launcher", default={}) or {}),
+                "summary": json.loads(summary_file.read_text()) if summary_file.is_file() else None,
+            }
         )
-    evaluation = evaluate_checkpoint(
-        checkpoint,
-        build_source(cfg.data, args.split),
-        data_name=f"{choices['data']}/{args.split}",
-        decoding={"num_beams": args.num_beams},
-        tokenizer=args.tokenizer,
-        metrics=args.metrics,
-        cache_dir=cfg.paths.cache,
-    )
-    write_evaluation(evaluation, run_dir)
+    return sorted(jobs, key=lambda j: (j["num"] is None, j["num"] or 0, j["name"]))
+
+
+def swept_keys(jobs: list[dict]) -> list[str]:
+    """The override keys whose values are not the same in every job, in the order they were given."""
+    keys = list(dict.fromkeys(k for job in jobs for k in job["overrides"]))
+    return [k for k in keys if len({job["overrides"].get(k) for job in jobs}) > 1]
+
+
+def common_overrides(jobs: list[dict], swept: list[str]) -> list[str]:
+    first = jobs[0]["overrides"] if jobs else {}
+    return [f"{k}={v}" for k, v in first.items() if k not in swept]
+
+
+def job_label(job: dict, group_keys: list[str]) -> str:
+    """The configuration's name: the value of the one swept key, ``k=v k=v`` for several, else the decoder."""
+    if not group_keys:
+        return job["choices"].get("model/decoder") or job["overrides"].get("model/decoder", "run")
+    if len(group_keys) == 1:
+        return job["overrides"].get(group_keys[0], "(default)")
+    return " ".join(f"{k}={job['overrides'].get(k, '(default)')}" for k in group_keys)
+
+
+def job_seed(job: dict) -> int:
+    seed = job["overrides"].get(SEED_KEY)
+    if seed is None:  # not overridden: the config's own
+        config_file = job["dir"] / ".hydra" / "config.yaml"
+        seed = OmegaConf.load(config_file).get(SEED_KEY, 0) if config_file.is_file() else 0
+    return int(seed)
+
+
+def job_checkpoint(job: dict) -> Path | None:
+    """The job's best checkpoint (run.json), found in the job's own folder if the sweep was moved."""
+    recorded = (job["summary"] or {}).get("checkpoint")
+    if not recorded:
+        return None
+    path = Path(recorded)
+    if not path.is_absolute() and job["cwd"]:
+        path = Path(job["cwd"]) / path
+    if not path.is_file() and (job["dir"] / "checkpoints" / path.name).is_file():
+        path = job["dir"] / "checkpoints" / path.name
+    return path if path.is_file() else None
+
+
+@contextmanager
+def working_dir(folder: str | None):
+    """Run inside the folder the sweep was launched from: the job's config has paths relative to it."""
+    if not folder or not Path(folder).is_dir():
+        yield
+        return
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def eval_settings(args: argparse.Namespace) -> dict:
+    return {
+        "split": args.split,
+        "num_beams": args.num_beams,
+        "tokenizer": args.tokenizer,
+        "metrics": list(args.metrics),
+        "alt_scenes": args.alt_scenes,
+    }
+
+
+def evaluate_job(job: dict, label: str, args: argparse.Namespace) -> dict:
+    """The job's row: its best checkpoint scored on ``args.split`` (reused from JOB/compare/ when there)."""
+    out = job["dir"] / "compare" / f"{args.split}-beam{args.num_beams}"
+    cached = out / "row.json"
+    settings = eval_settings(args)
+    summary = job["summary"]
+    if cached.is_file():
+        row = json.loads(cached.read_text())
+        if row.get("settings") == settings:
+            print(f"[compare] {job['name']} ({label}, seed {row['seed']}): reusing {cached}", flush=True)
+            return {**row, "label": label, "job": job["name"]}
+    checkpoint = job_checkpoint(job)
+    if checkpoint is None:
+        raise FileNotFoundError(f"{job['dir']}: run.json names no checkpoint that exists ({summary})")
+    cfg = OmegaConf.load(job["dir"] / ".hydra" / "config.yaml")
+    seed = job_seed(job)
+    print(f"[compare] evaluating {job['name']} ({label}, seed {seed}): {checkpoint}", flush=True)
+    with working_dir(job["cwd"]):
+        evaluation = evaluate_checkpoint(
+            str(checkpoint),
+            build_source(cfg.data, args.split),
+            data_name=f"{job['choices'].get('data', 'data')}/{args.split}",
+            decoding={"num_beams": args.num_beams},
+            tokenizer=args.tokenizer,
+            metrics=args.metrics,
+            cache_dir=cfg.paths.cache,
+        )
+        alt = alt_renderer_scores(str(checkpoint), args) if evaluation.objects else {}
+    write_evaluation(evaluation, out)
     report = evaluation.report
     row = {
         "label": label,
+        "job": job["name"],
         "seed": seed,
-        "decoder": choices["model/decoder"],
-        "checkpoint": checkpoint,
-        "train_seconds": train_seconds,
-        "train_minutes": train_seconds / 60,
+        "overrides": [f"{k}={v}" for k, v in job["overrides"].items()],
+        "decoder": job["choices"].get("model/decoder"),
+        "checkpoint": str(checkpoint),
+        "train_seconds": summary.get("train_seconds"),
+        "train_minutes": summary["train_seconds"] / 60 if summary.get("train_seconds") is not None else None,
+        "best_val": {"monitor": summary.get("monitor"), "score": summary.get("best_score")},
         "params": evaluation.params["trainable"],
         **report.scores,
         "grounding": evaluation.grounding["grounding"] if evaluation.grounding else None,
         "objects": evaluation.objects["object_accuracy"] if evaluation.objects else None,
         "extra": evaluation.objects["extra_per_image"] if evaluation.objects else None,
         "misplaced": evaluation.objects["misplaced_per_image"] if evaluation.objects else None,
-        **(alt_renderer_scores(checkpoint, args) if evaluation.objects else {}),
+        **alt,
         "skipped": report.skipped,
         "num_images": report.num_images,
         "decoding": evaluation.decoding,
         "tokenizer": report.tokenizer,
+        "settings": settings,
     }
-    done.write_text(json.dumps(row, indent=2) + "\n")
+    cached.write_text(json.dumps(row, indent=2) + "\n")
     return row
 
 
@@ -198,27 +279,38 @@ def alt_renderer_scores(checkpoint: str, args: argparse.Namespace) -> dict:
     return {"objects_alt": alt["object_accuracy"], "grounding_alt": alt["grounding"]}
 
 
-def _worker_threads(threads: int) -> None:
-    import torch
-
-    configure_process()
-    torch.set_num_threads(threads)
+class FewSeeds(Exception):
+    """A configuration has fewer than MIN_SEEDS finished jobs (and --allow-few-seeds was not given)."""
 
 
-def run_all(args: argparse.Namespace) -> list[dict]:
-    """Every (configuration, seed), in order; ``--jobs`` > 1 trains that many at once in processes."""
-    todo = [(label, choice, seed) for label, choice in args.runs for seed in args.seeds]
-    if args.jobs <= 1:
-        return [run_one(label, choice, seed, args) for label, choice, seed in todo]
-    threads = max(1, (os.cpu_count() or 1) // args.jobs)
-    with ProcessPoolExecutor(
-        args.jobs,
-        mp_context=multiprocessing.get_context("spawn"),  # no forked OpenMP / JVM state
-        initializer=_worker_threads,
-        initargs=(threads,),
-    ) as pool:
-        labels, choices, seeds = zip(*todo)
-        return list(pool.map(run_one, labels, choices, seeds, repeat(args)))
+def aggregate(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """Every finished job's row, grouped by configuration (in sweep order), and the labels."""
+    jobs = find_jobs(args.sweep_dir)
+    if not jobs:
+        raise SystemExit(f"compare.py: no job folders (.hydra/overrides.yaml) under {args.sweep_dir}")
+    swept = swept_keys(jobs)
+    group_keys = [k for k in swept if k != SEED_KEY]
+    args.common = common_overrides(jobs, swept)
+    args.swept = swept
+    args.skipped_jobs = [job["name"] for job in jobs if job["summary"] is None]
+    for name in args.skipped_jobs:
+        print(f"[compare] {name}: no run.json (the job did not finish): left out", file=sys.stderr)
+    launcher = next((job["launcher"] for job in jobs if job["launcher"]), {})
+    args.launcher = str(launcher.get("_target_", "")).rsplit(".", 1)[-1]
+    args.jobs = int(launcher.get("n_jobs") or 1) if "n_jobs" in launcher else 1
+    finished = [job for job in jobs if job["summary"] is not None]
+    labelled = [(job_label(job, group_keys), job) for job in finished]
+    labels = list(dict.fromkeys(label for label, _ in labelled))
+    few = [f"{x} ({n})" for x in labels if (n := sum(lab == x for lab, _ in labelled)) < MIN_SEEDS]
+    if few and not args.allow_few_seeds:  # before any evaluation time is spent
+        raise FewSeeds(
+            f"a comparison needs >= {MIN_SEEDS} seeds per configuration; fewer in: {', '.join(few)} "
+            "(sweep more seeds, or pass --allow-few-seeds for a smoke test)"
+        )
+    rows = [evaluate_job(job, label, args) for label in labels for lab, job in labelled if lab == label]
+    rows.sort(key=lambda r: (labels.index(r["label"]), r["seed"]))
+    args.seeds = sorted({r["seed"] for r in rows})
+    return rows, labels
 
 
 def summarise(rows: list[dict], labels: list[str]) -> dict[str, dict[str, tuple[float, float]]]:
@@ -247,7 +339,8 @@ def markdown(rows: list[dict], summary: dict, args: argparse.Namespace) -> str:
     lines = [
         "# Decoder comparison",
         "",
-        f"{len(rows)} runs: {len(summary)} configurations x seeds {args.seeds}; evaluated on "
+        f"{len(rows)} runs of the sweep {args.sweep_name}: {len(summary)} configurations "
+        f"({', '.join(k for k in args.swept if k != SEED_KEY) or 'one'}) x seeds {args.seeds}; evaluated on "
         f"{first['num_images']} images of the {args.split} split, beam {first['decoding']['num_beams']}, "
         f"max new tokens {first['decoding']['max_new_tokens']}, {first['tokenizer']} tokenizer. Scores are "
         "pycocoevalcap's on the 0-1 scale (papers print x100); mean ± sample std over seeds.",
@@ -261,30 +354,39 @@ def markdown(rows: list[dict], summary: dict, args: argparse.Namespace) -> str:
         )
     if first["skipped"]:
         lines.append("Not computed: " + "; ".join(f"{m}: {why}" for m, why in first["skipped"].items()))
-    if args.overrides:
-        lines.append(f"Training overrides: `{' '.join(args.overrides)}`")
+    if args.common:
+        lines.append(f"Overrides of every job: `{' '.join(args.common)}`")
     if args.jobs > 1:
-        lines.append(f"{args.jobs} runs trained at once (train times are under that load).")
+        lines.append(
+            f"{args.jobs} runs trained at once by {args.launcher} (train times are under that load)."
+        )
+    if args.skipped_jobs:
+        lines.append(f"Left out (no run.json: not finished): {', '.join(args.skipped_jobs)}")
     header = ["configuration", "runs", *[COLUMNS[c] for c in columns], "train time (min)", "trainable params"]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, stats in summary.items():
         n = sum(r["label"] == label for r in rows)
         cells = [label, str(n)]
         cells += [f"{stats[c][0]:.4f} ± {stats[c][1]:.4f}" if c in stats else "n/a" for c in columns]
-        minutes = stats["train_seconds"]
-        cells += [f"{minutes[0] / 60:.1f} ± {minutes[1] / 60:.1f}", f"{stats['params'][0]:,.0f}"]
+        minutes = stats.get("train_seconds", (math.nan, math.nan))
+        params = stats.get("params", (math.nan, 0.0))[0]
+        cells += [
+            f"{minutes[0] / 60:.1f} ± {minutes[1] / 60:.1f}",
+            f"{params:,.0f}" if params == params else "n/a",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "Per run:",
         "",
-        "| configuration | seed | BLEU-4 | CIDEr-D | train time (min) | checkpoint |",
-        "|---|---|---|---|---|---|",
+        "| configuration | seed | job | BLEU-4 | CIDEr-D | train time (min) | checkpoint |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        minutes = r["train_seconds"] / 60 if r.get("train_seconds") is not None else math.nan
         lines.append(
-            f"| {r['label']} | {r['seed']} | {r.get('Bleu_4', math.nan):.4f} | "
-            f"{r.get('CIDEr', math.nan):.4f} | {r['train_seconds'] / 60:.1f} | {r['checkpoint']} |"
+            f"| {r['label']} | {r['seed']} | {r['job']} | {r.get('Bleu_4', math.nan):.4f} | "
+            f"{r.get('CIDEr', math.nan):.4f} | {minutes:.1f} | {r['checkpoint']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -329,7 +431,7 @@ def relative(path: str, base: Path) -> str:
 
 
 def replot(results: Path) -> Path:
-    """Redraw ``comparison.png`` beside ``results``, from its rows alone (no training)."""
+    """Redraw ``comparison.png`` beside ``results``, from its rows alone (no evaluation)."""
     rows = json.loads(results.read_text())
     labels = list(dict.fromkeys(r["label"] for r in rows))
     first, seeds = rows[0], sorted({r["seed"] for r in rows})
@@ -345,9 +447,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {replot(args.replot)}")
         return 0
     configure_process()  # as captioning-train does (captioning/cli/runtime.py)
+    args.sweep_name = args.sweep_dir.as_posix()
+    try:
+        rows, labels = aggregate(args)
+    except FewSeeds as err:
+        print(f"compare.py: {err}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"compare.py: no finished job (run.json) under {args.sweep_dir}", file=sys.stderr)
+        return 1
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [{**r, "checkpoint": relative(r["checkpoint"], args.out_dir)} for r in run_all(args)]
-    summary = summarise(rows, [label for label, _ in args.runs])
+    rows = [{**r, "checkpoint": relative(r["checkpoint"], args.out_dir.resolve())} for r in rows]
+    summary = summarise(rows, labels)
     (args.out_dir / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     (args.out_dir / "comparison.md").write_text(markdown(rows, summary, args))
     title = f"{args.split} split, beam {args.num_beams}, {len(args.seeds)} seeds per configuration"

@@ -1,17 +1,23 @@
-"""scripts/compare.py on tiny synthetic runs: the table, the chart and the per-run files."""
+"""scripts/compare.py, the aggregator of a ``captioning-train -m`` sweep: a real joblib multirun of tiny
+synthetic runs (the table, the chart, the per-job files), and made-up sweep folders (grouping, left-out
+jobs, the seed count, --replot) that need no training."""
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
-from conftest import DECODERS, REPO, TINY
+from conftest import DECODERS, TINY
 from helpers import load_script
 
 compare = load_script("compare")
@@ -34,32 +40,68 @@ def table_rows(markdown: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_compare_tabulates_mean_and_std_over_seeds(tmp_path, capsys):
+def per_run_rows(markdown: str) -> list[dict[str, str]]:
+    """The per-run table (after "Per run:"): one dict per seed row."""
+    lines = [line for line in markdown.split("Per run:", 1)[1].splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[1:]]
+
+
+def captioning_train() -> list[str]:
+    script = Path(sys.executable).with_name("captioning-train")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "captioning.training.train"]
+
+
+@pytest.mark.slow  # ~60 s on 2 busy cores
+def test_joblib_multirun_of_two_decoders_and_two_seeds_is_aggregated(tmp_path, capsys):
+    """``captioning-train -m hydra/launcher=local`` (joblib, 2 jobs at once) trains 2 decoders x 2 seeds;
+    every job leaves run.json; compare.py finds the 4 jobs, groups them by decoder and tabulates them."""
     if PAIR[0] == PAIR[1]:
         pytest.skip("only the soft decoder exists")
-    out = tmp_path / "cmp"
+    sweep = tmp_path / "multirun" / "sweep"
+    cmd = [
+        *captioning_train(), "-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2",
+        f"model/decoder={','.join(PAIR)}", "seed=0,1", *TINY, "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2", "trainer.enable_progress_bar=false", f"hydra.sweep.dir={sweep}",
+    ]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(f"multirun: {time.perf_counter() - start:.1f} s")
+    assert done.stdout.count("best checkpoint: ") == 4
+    jobs = sorted(p.parent.parent for p in sweep.rglob(".hydra/overrides.yaml"))
+    assert [j.name for j in jobs] == ["0", "1", "2", "3"]
+    summaries = {}
+    for job in jobs:
+        summary = json.loads((job / "run.json").read_text())
+        assert Path(summary["checkpoint"]).is_file() and Path(summary["checkpoint"]).parent == (
+            job / "checkpoints"
+        )
+        assert summary["best"]["metrics"][summary["monitor"]] == summary["best_score"]
+        assert summary["train_seconds"] > 0 and summary["params"]["trainable"] > 0
+        summaries[job.name] = summary
+
     argv = [
-        "--decoders", ",".join(PAIR), "--seeds", "0,1", "--allow-few-seeds", "--out-dir", str(out),
-        "--tokenizer", "simple", "--metrics", FAST_METRICS, "--alt-scenes", "6",
-        *TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.enable_progress_bar=false",
+        str(sweep), "--split", "val", "--allow-few-seeds", "--tokenizer", "simple",
+        "--metrics", FAST_METRICS, "--alt-scenes", "0",
     ]  # fmt: skip
     assert compare.main(argv) == 0
-
-    runs = json.loads((out / "results.json").read_text())
+    runs = json.loads((sweep / "results.json").read_text())
+    assert len(runs) == 4
     assert [(r["label"], r["seed"]) for r in runs] == [(d, s) for d in PAIR for s in (0, 1)]
     for r in runs:
-        run_dir = out / "runs" / f"{r['label']}-seed{r['seed']}"
-        scores = json.loads((run_dir / "scores.json").read_text())
+        job = sweep / r["job"]
+        assert f"model/decoder={r['label']}" in r["overrides"] and f"seed={r['seed']}" in r["overrides"]
+        assert (sweep / r["checkpoint"]).resolve() == Path(summaries[r["job"]]["checkpoint"]).resolve()
+        assert r["train_seconds"] == summaries[r["job"]]["train_seconds"]
+        scores = json.loads((job / "compare" / "val-beam3" / "scores.json").read_text())
         assert scores["scores"]["CIDEr"] == r["CIDEr"] and scores["decoding"]["num_beams"] == 3
-        assert len(json.loads((run_dir / "results.json").read_text())) == 8  # data.test.num_images
-        assert r["train_seconds"] > 0 and r["params"] > 0
+        assert len(json.loads((job / "compare" / "val-beam3" / "results.json").read_text())) == 8  # val
         assert r["grounding"] is not None  # synthetic scenes (NaN when no object word was generated)
-    # The alt-renderer columns are scene_accuracy's numbers for the same checkpoint and beam.
-    alt = compare.scene_measure(compare.Captioner.from_checkpoint(out / runs[0]["checkpoint"]), "alt", 6, 3)
-    assert runs[0]["objects_alt"] == alt["object_accuracy"] and 0.0 <= runs[0]["objects_alt"] <= 1.0
 
-    rows = table_rows((out / "comparison.md").read_text())
-    assert list(rows) == PAIR
+    text = (sweep / "comparison.md").read_text()
+    rows = table_rows(text)
+    assert list(rows) == PAIR  # 2 groups: the seed is not a configuration
     for decoder in PAIR:
         mine = [r for r in runs if r["label"] == decoder]
         assert rows[decoder]["runs"] == "2"
@@ -67,47 +109,98 @@ def test_compare_tabulates_mean_and_std_over_seeds(tmp_path, capsys):
             values = [r[key] for r in mine]
             assert rows[decoder][title] == f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
         assert rows[decoder]["trainable params"] == f"{mine[0]['params']:,}"
-        assert "grounding" in rows[decoder] and "objects right (alt)" in rows[decoder]  # synthetic scenes
     assert "METEOR" not in rows[PAIR[0]]  # not requested
+    seeds = per_run_rows(text)
+    assert [(s["configuration"], s["seed"]) for s in seeds] == [(d, str(k)) for d in PAIR for k in (0, 1)]
+    assert [s["CIDEr-D"] for s in seeds] == [f"{r['CIDEr']:.4f}" for r in runs]
+    assert "2 runs trained at once by JoblibLauncher" in text
 
-    png = np.asarray(Image.open(out / "comparison.png"))
+    png = np.asarray(Image.open(sweep / "comparison.png"))
     assert png.shape[0] > 200 and png.shape[1] > 400 and png[..., :3].std() > 5
 
-    # A second call reuses every finished run instead of training again.
+    # A second call reuses every job's evaluation instead of evaluating again.
     capsys.readouterr()
     assert compare.main(argv) == 0
     assert capsys.readouterr().out.count("reusing") == 4
-    assert json.loads((out / "results.json").read_text()) == runs
+    assert json.loads((sweep / "results.json").read_text()) == runs
 
 
-def test_compare_asks_for_three_seeds(tmp_path):
-    with pytest.raises(SystemExit):
-        compare.parse_args(["--seeds", "0,1", "--out-dir", str(tmp_path)])
-    args = compare.parse_args(
-        ["--experiments", "flickr8k_soft,flickr8k_hard_gumbel", "--out-dir", str(tmp_path)]
+# ------------------------------------------------------------------ made-up sweeps: no training needed
+
+ARGV = ["--split", "test", "--tokenizer", "simple", "--metrics", "Bleu_4,CIDEr", "--alt-scenes", "0"]
+
+
+def fake_job(sweep: Path, num: int, overrides: list[str], cider: float | None, finished: bool = True) -> None:
+    """A job folder as a launcher leaves it, with its evaluation already in JOB/compare/ (no checkpoint)."""
+    job = sweep / str(num)
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (job / ".hydra" / "hydra.yaml").write_text(
+        yaml.safe_dump({"hydra": {"job": {"num": num}, "runtime": {"choices": {"model/decoder": "soft"}}}})
     )
-    assert args.seeds == [0, 1, 2]
-    assert args.runs == [
-        ("flickr8k_soft", "experiment=flickr8k_soft"),
-        ("flickr8k_hard_gumbel", "experiment=flickr8k_hard_gumbel"),
-    ]
+    if not finished:
+        return
+    checkpoint = job / "checkpoints" / "best.ckpt"
+    (job / "run.json").write_text(json.dumps({"checkpoint": str(checkpoint), "train_seconds": 60.0 + num}))
+    settings = compare.eval_settings(compare.parse_args([str(sweep), *ARGV]))
+    row = {
+        "label": "?", "job": str(num), "seed": int(dict(o.split("=") for o in overrides)["seed"]),
+        "checkpoint": str(checkpoint), "train_seconds": 60.0 + num, "params": 1000, "Bleu_4": cider / 10,
+        "CIDEr": cider, "skipped": {}, "num_images": 8, "tokenizer": "simple",
+        "decoding": {"num_beams": 3, "max_new_tokens": 6}, "settings": settings,
+    }  # fmt: skip
+    (job / "compare" / "test-beam3").mkdir(parents=True)
+    (job / "compare" / "test-beam3" / "row.json").write_text(json.dumps(row))
 
 
-def test_compare_trains_runs_in_parallel_processes(tmp_path):
-    """--jobs 2: the (configuration, seed) runs go to two spawned processes, the table covers them all."""
-    if PAIR[0] == PAIR[1]:
-        pytest.skip("only the soft decoder exists")
-    out = tmp_path / "cmp"
-    cmd = [
-        sys.executable, str(REPO / "scripts" / "compare.py"), "--jobs", "2",
-        "--decoders", ",".join(PAIR), "--seeds", "0,1", "--allow-few-seeds", "--out-dir", str(out),
-        "--tokenizer", "simple", "--metrics", FAST_METRICS,
-        *TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.enable_progress_bar=false",
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    runs = json.loads((out / "results.json").read_text())
-    assert [(r["label"], r["seed"]) for r in runs] == [(d, s) for d in PAIR for s in (0, 1)]
-    assert all((out / "runs" / f"{r['label']}-seed{r['seed']}" / "scores.json").is_file() for r in runs)
-    assert "2 runs trained at once" in (out / "comparison.md").read_text()
-    assert list(table_rows((out / "comparison.md").read_text())) == PAIR
+def test_jobs_are_grouped_by_the_swept_keys_other_than_seed(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    ciders, num = {}, 0
+    for decoder in ("a", "b"):
+        for batch in (8, 16):
+            for seed in (0, 1, 2):
+                cider = 0.1 * num + 0.01 * seed**2
+                overrides = [
+                    f"model/decoder={decoder}",
+                    f"data.batch_size={batch}",
+                    f"seed={seed}",
+                    "debug=tiny",
+                ]
+                fake_job(sweep, num, overrides, cider)
+                ciders.setdefault(f"model/decoder={decoder} data.batch_size={batch}", []).append(cider)
+                num += 1
+    fake_job(
+        sweep, num, ["model/decoder=a", "data.batch_size=8", "seed=3", "debug=tiny"], None, finished=False
+    )
+    out = tmp_path / "table"
+    assert compare.main([str(sweep), "--out-dir", str(out), *ARGV]) == 0
+    assert "no run.json" in capsys.readouterr().err
+
+    text = (out / "comparison.md").read_text()
+    rows = table_rows(text)
+    assert list(rows) == list(ciders)  # 4 configurations in sweep order; debug=tiny (common) is not one
+    for label, values in ciders.items():
+        assert rows[label]["runs"] == "3"
+        assert rows[label]["CIDEr-D"] == f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}"
+        assert rows[label]["train time (min)"].startswith("1.")
+    assert len(per_run_rows(text)) == 12
+    assert "Overrides of every job: `debug=tiny`" in text
+    assert f"Left out (no run.json: not finished): {num}" in text
+    results = json.loads((out / "results.json").read_text())
+    assert results[0]["checkpoint"] == os.path.relpath(sweep / "0" / "checkpoints" / "best.ckpt", out)
+
+    (out / "comparison.png").unlink()
+    assert compare.main(["--replot", str(out / "results.json")]) == 0
+    assert (out / "comparison.png").is_file()
+
+
+def test_compare_asks_for_three_seeds(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    for num, (decoder, seed) in enumerate((d, s) for d in ("a", "b") for s in (0, 1)):
+        fake_job(sweep, num, [f"model/decoder={decoder}", f"seed={seed}"], 0.5)
+    assert compare.main([str(sweep), *ARGV]) == 2
+    assert "needs >= 3 seeds" in capsys.readouterr().err and not (sweep / "results.json").exists()
+    assert compare.main([str(sweep), *ARGV, "--allow-few-seeds"]) == 0
+    assert list(table_rows((sweep / "comparison.md").read_text())) == ["a", "b"]
+    with pytest.raises(SystemExit):
+        compare.parse_args([])  # neither a sweep folder nor --replot
