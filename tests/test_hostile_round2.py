@@ -219,7 +219,12 @@ def test_a_run_that_never_validated_names_its_last_checkpoint(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "override,fragment",
-    [("foo=1", "Could not override 'foo'"), ("model/decoder=bogus", "Could not find 'model/decoder/bogus'")],
+    [
+        ("foo=1", "foo: no such config key"),
+        ("trainer.max_epoch=1", "trainer.max_epoch: no such config key; did you mean trainer.max_epochs?"),
+        ("modle.decoder.alpha_c=1", "did you mean model.decoder.alpha_c?"),
+        ("model/decoder=bogus", "Could not find 'model/decoder/bogus'"),
+    ],
 )
 def test_a_config_hydra_cannot_compose_is_one_line_and_exit_2(
     override, fragment, tmp_path, monkeypatch, capsys

@@ -165,12 +165,6 @@ def test_demo_serves_the_page(installed) -> None:
             demo.wait()
 
 
-@pytest.mark.xfail(
-    reason="captioning-train's pre-composition (training/train.py cli) drops hydra.* overrides, "
-    "hydra.searchpath too, so an option from the user's folder is 'Could not find'; keeping "
-    "hydra.searchpath= in that list fixes it (compose_config honours it)",
-    strict=False,
-)
 def test_a_users_config_folder_joins_through_hydra_searchpath(installed) -> None:
     mine = installed["cwd"] / "my_search_path"
     (mine / "data").mkdir(parents=True)

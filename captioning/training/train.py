@@ -6,7 +6,9 @@ Ends by printing ``best checkpoint: PATH`` (scripts rely on that line).
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -160,6 +162,31 @@ def main(cfg: DictConfig) -> None:
         print(f"best checkpoint: {best}", flush=True)  # once, even under DDP
 
 
+def unknown_key_message(err: Exception, overrides: list[str]) -> str | None:
+    """For an override of a key the config lacks, one line with the closest existing key ("did you mean
+    trainer.max_epochs?") instead of Hydra's advice to add it with ``+`` (a key nothing would read)."""
+    match = re.search(r"Could not override '([^']+)'", str(err))
+    if not match:
+        return None
+    wrong = match.group(1)
+    from captioning.training.config import compose_config
+
+    try:
+        cfg, _ = compose_config("train", [a for a in overrides if a.split("=", 1)[0].lstrip("+~") != wrong])
+    except Exception:  # noqa: BLE001 - Hydra's own message rather than a second error
+        return None
+    leaves = _leaf_keys(OmegaConf.to_container(cfg, resolve=False))
+    close = difflib.get_close_matches(wrong, leaves, n=1, cutoff=0.7)
+    hint = f"did you mean {close[0]}?" if close else "see `captioning-train --cfg job` for the keys"
+    return f"{wrong}: no such config key; {hint} (a leading + would add a key that nothing reads)"
+
+
+def _leaf_keys(node: object, prefix: str = "") -> list[str]:
+    if not isinstance(node, dict):
+        return [prefix]
+    return [key for k, v in node.items() for key in _leaf_keys(v, f"{prefix}.{k}" if prefix else str(k))]
+
+
 def cli() -> None:
     """``captioning-train``: Hydra's ``main``, after composing the overrides once to report a mistake in
     them (an unknown key or group option, a type Hydra refuses) as one line with exit status 2. Hydra's
@@ -182,12 +209,20 @@ def cli() -> None:
     if not any(a.startswith("-") for a in args):
         from captioning.training.config import compose_config
 
-        try:  # hydra.* overrides configure the run itself, not the config: Hydra checks those
-            compose_config("train", [a for a in args if not a.startswith(("hydra.", "hydra/", "+hydra"))])
+        # hydra.* overrides configure the run itself, not the config: Hydra checks those; but a config
+        # search path changes what composes (a user's own config folder), so it is kept
+        kept = [
+            a
+            for a in args
+            if a.startswith("hydra.searchpath=") or not a.startswith(("hydra.", "hydra/", "+hydra"))
+        ]
+        try:
+            compose_config("train", kept)
         except Exception as err:  # noqa: BLE001 - only what composition refuses lands here
             if not is_user_error(err):
                 raise
-            print(f"captioning-train: error: {one_line(err)}", file=sys.stderr, flush=True)
+            message = unknown_key_message(err, kept) or one_line(err)
+            print(f"captioning-train: error: {message}", file=sys.stderr, flush=True)
             sys.exit(2)
     main()
 
