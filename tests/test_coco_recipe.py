@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from coco_replica import SPLITS, replica_overrides, write_karpathy_replica
 
 from captioning.data.readers import read_karpathy
 from captioning.training.train import train
 
-from coco_replica import SPLITS, replica_overrides, write_karpathy_replica
 from conftest import compose_train
 
 EXPERIMENTS = ["coco_soft", "coco_hard_reinforce", "coco_hard_gumbel", "coco_transformer"]
