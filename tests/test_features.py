@@ -140,7 +140,8 @@ def test_flickr8k_experiments_use_cached_lite1_head_features(experiment):
     cfg, choices = compose_config("train", [f"experiment={experiment}"])
     assert choices["data"] == "flickr8k" and choices["model/encoder"] == "efficientnet_lite1"
     if experiment not in ("flickr8k_cached", "flickr8k_lstm"):  # the two shared settings choose no decoder
-        assert choices["model/decoder"] == experiment.removeprefix("flickr8k_")
+        decoder = "soft" if experiment == "flickr8k_finetune" else experiment.removeprefix("flickr8k_")
+        assert choices["model/decoder"] == decoder  # flickr8k_finetune: soft attention, encoder fine-tuned
     assert cfg.data.feature_cache._target_ == "captioning.data.features.FeatureCache"
     assert cfg.data.feature_cache.encoder == cfg.model.encoder  # the model's encoder config, resolved
     encoder = cfg.model.encoder

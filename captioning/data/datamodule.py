@@ -4,7 +4,9 @@ Training samples are (image, one caption) pairs, so every reference is seen once
 and test samples are images with all their references (the metrics need every reference).
 Images leave the data module as float tensors in [0, 1]; the encoder applies its own normalisation.
 With a ``feature_cache`` (frozen encoders only) the ``images`` entry of a batch holds the cached grid
-features (B, L, D) instead, which ``CaptionModel.encode`` passes through.
+features (B, L, D) instead, which ``CaptionModel.encode`` passes through (or, for a fine-tuned encoder,
+the (B, C, h, w) activations of its frozen prefix, which the encoder's trained stages take from there).
+Training images may be augmented (``train_crop_scale``, ``train_flip``); validation and test images never.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
-from captioning.data.images import image_to_tensor
+from captioning.data.images import TrainAugment, image_to_tensor
 from captioning.data.sources import CaptionSource, MissingSplit, RecordSource
 from captioning.data.tokenize import tokenize
 from captioning.data.verify import POLICIES, apply_policy, check_images
@@ -44,12 +46,15 @@ def encode_split(source: CaptionSource, vocab: Vocab, max_length: int) -> Encode
 
 
 class ImageLoader:
-    """``loader(i)`` -> image i of a source as a (3, S, S) tensor: the model input without a feature cache."""
+    """``loader(i)`` -> image i of a source as a (3, S, S) tensor: the model input without a feature cache
+    (augmented afresh on every call with an ``augment``, the training split's)."""
 
-    def __init__(self, source: CaptionSource, image_size: int):
-        self.source, self.image_size = source, image_size
+    def __init__(self, source: CaptionSource, image_size: int, augment: TrainAugment | None = None):
+        self.source, self.image_size, self.augment = source, image_size, augment
 
     def __call__(self, i: int) -> Tensor:
+        if self.augment is not None:
+            return self.augment(self.source.image(i), self.image_size)
         return image_to_tensor(self.source.image(i), self.image_size)
 
 
@@ -127,12 +132,17 @@ class CaptionDataModule(pl.LightningDataModule):
         max_bad_fraction: float = 0.01,
         check_cache: str | None = None,
         skipped_list: str | None = None,
+        train_crop_scale: list[float] | None = None,
+        train_flip: bool = False,
     ):
         """``train_items``: "pairs" (one image-caption pair per item, cross-entropy) or "images" (one image
         with all its references per item, for sequence-level objectives such as self-critical training).
         ``on_bad_image``: "skip" (default) or "raise" for unreadable images of image-file data sets, checked
         before the vocabulary is built (``captioning.data.verify``; verdicts cached in ``check_cache``,
-        skipped files listed in ``skipped_list``), at most ``max_bad_fraction`` of a split skipped."""
+        skipped files listed in ``skipped_list``), at most ``max_bad_fraction`` of a split skipped.
+        ``train_crop_scale`` [min, max]: training images are random crops of that share of the area (null:
+        none); ``train_flip``: mirrored half the time (swaps left and right, see TrainAugment). Neither
+        goes with a ``feature_cache``: augmented pixels differ every epoch, cached features cannot."""
         super().__init__()
         if batch_size <= 0 or eval_batch_size <= 0:
             raise ValueError(f"batch sizes must be positive, got {batch_size} and {eval_batch_size}")
@@ -153,6 +163,14 @@ class CaptionDataModule(pl.LightningDataModule):
             )
         self.on_bad_image, self.max_bad_fraction = on_bad_image, max_bad_fraction
         self.check_cache, self.skipped_list = check_cache, skipped_list
+        augmenting = train_crop_scale is not None or train_flip
+        if augmenting and feature_cache is not None:
+            raise ValueError(
+                "data.train_crop_scale / data.train_flip change the training pixels every epoch, so cached "
+                "features cannot stand for them: drop data.feature_cache or the augmentation"
+            )
+        scale = None if train_crop_scale is None else tuple(train_crop_scale)
+        self.train_augment = TrainAugment(scale, train_flip) if augmenting else None
         self._checked = False
         self.vocab: Vocab | None = None
         self.splits: dict[str, EncodedSplit] = {}
@@ -195,7 +213,9 @@ class CaptionDataModule(pl.LightningDataModule):
     def inputs(self, name: str) -> Inputs:
         """Model inputs of split ``name``: images, or cached features (computed now if missing)."""
         if self.feature_cache is None:
-            return ImageLoader(self.sources[name], self.image_size)
+            return ImageLoader(
+                self.sources[name], self.image_size, self.train_augment if name == "train" else None
+            )
         return self.feature_cache.features(self.sources[name], self.image_size)
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:

@@ -14,6 +14,14 @@ used, so stale features are never read. Images are stored as float16 to halve di
 (Flickr8k at 14x14x112: 307 MB instead of 614 MB); the rounding error (relative 2^-11) is far below
 what changes a caption. Chunks grow incrementally: images already cached (say the val split shared
 by test, or a ``limit``-ed subset) are not recomputed.
+
+A fine-tuned encoder (``fine_tune_from``: its last stages train) has a frozen prefix: the stages before
+the first trained one. Their (C, h, w) activations never change either, so the cache stores those
+instead (``encoder.encode_prefix``) and training runs only the trained suffix on them (a C != 3 channel
+input to ``encoder.encode``). The key then also names the stage the prefix stops before, and the weights
+hash covers the prefix's parameters and buffers only (the suffix changes as it trains); every other
+ingredient is the same as for a whole frozen encoder, so does what invalidates it. The directory is
+``<Encoder>-<S>px-before-<stage>-<hash>``. An encoder that trains every stage has nothing to cache.
 """
 
 from __future__ import annotations
@@ -85,7 +93,8 @@ def image_key(source: CaptionSource, i: int) -> str:
 
 
 class CachedFeatures:
-    """``features(i)`` -> the (L, D) float32 grid of image i of one source, read from the memory maps.
+    """``features(i)`` -> the (L, D) float32 grid of image i of one source (or its (C, h, w) prefix
+    activations for a fine-tuned encoder), read from the memory maps.
 
     Picklable without its open maps, so DataLoader workers reopen the files instead of copying them.
     """
@@ -102,14 +111,16 @@ class CachedFeatures:
         chunk, row = (int(v) for v in self.rows[i])
         if chunk not in self._maps:
             self._maps[chunk] = np.load(self.directory / self.chunks[chunk], mmap_mode="r")
-        return torch.from_numpy(self._maps[chunk][row].astype(np.float32))  # (L, D)
+        return torch.from_numpy(self._maps[chunk][row].astype(np.float32))  # (L, D) or (C, h, w)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_maps": {}}
 
 
 class FeatureCache:
-    """Encodes the images of a source once with a frozen ``encoder``; see the module docstring."""
+    """Encodes the images of a source once with a frozen ``encoder``, or the frozen prefix of a fine-tuned
+    one (``prefix`` is then its ``cache_stop``, the index of the stage it stops before); see the module
+    docstring."""
 
     def __init__(
         self,
@@ -119,36 +130,71 @@ class FeatureCache:
         device: str = "cpu",
         progress: bool = True,
     ):
+        self.prefix: int | None = None  # None: the whole encoder's grid is cached
         if any(p.requires_grad for p in encoder.parameters()):
-            raise ValueError(
-                f"FeatureCache needs a frozen encoder, but {type(encoder).__name__} has trainable parameters: "
-                "cached features would silently stop it from training. Use a frozen encoder "
-                "(model.encoder.freeze=true) or drop data.feature_cache"
-            )
+            stop = getattr(encoder, "cache_stop", 0)
+            if not stop:
+                raise ValueError(
+                    f"FeatureCache needs a frozen encoder or a frozen prefix, but {type(encoder).__name__} "
+                    "trains every stage: cached features would silently stop it from training. Use a frozen "
+                    "encoder (model.encoder.freeze=true), fine-tune only its last stages "
+                    "(model.encoder.fine_tune_from), or drop data.feature_cache"
+                )
+            if encoder.prefix_channels == 3:
+                raise ValueError(
+                    f"FeatureCache: the activations before {encoder.stage_names[stop]} have 3 channels, which "
+                    "the encoder would take for images; fine-tune from another stage or drop data.feature_cache"
+                )
+            self.prefix = stop
         if batch_size <= 0:
             raise ValueError(f"FeatureCache batch_size must be positive, got {batch_size}")
         self.encoder = encoder.eval()
         self.cache_dir = Path(cache_dir)
         self.batch_size, self.device, self.progress = batch_size, torch.device(device), progress
-        self.weights_hash = state_dict_hash(encoder)
+        self.weights_hash = self._weights_hash(encoder)
+
+    def _weights_hash(self, encoder: nn.Module) -> str:
+        """SHA-256 of what the cached tensors depend on: the state dict, or the prefix's part of it."""
+        return state_dict_hash(encoder) if self.prefix is None else tensors_hash(encoder.prefix_state_dict())
+
+    @property
+    def stops_before(self) -> str | None:
+        """The stage name the cached prefix stops before (None: the whole encoder's grid is cached)."""
+        return None if self.prefix is None else self.encoder.stage_names[self.prefix]
 
     # -- identity ----------------------------------------------------------------------------------
     def key_ingredients(self, image_size: int) -> dict:
-        return {
+        ingredients = {
             "format": FORMAT_VERSION,
             **encoder_identity(self.encoder, image_size, self.weights_hash),
             "dtype": np.dtype(STORAGE_DTYPE).name,
         }
+        if self.prefix is not None:  # a whole frozen encoder's key stays as it was: existing caches match
+            ingredients["stops_before"] = self.stops_before
+            ingredients["prefix_channels"] = int(self.encoder.prefix_channels)
+        return ingredients
 
     def directory(self, image_size: int) -> Path:
         """``cache_dir/<Encoder>-<S>px-<hash of the key's ingredients>``: readable, and unique per key."""
         ingredients = json.dumps(self.key_ingredients(image_size), sort_keys=True)
         digest = hashlib.sha256(ingredients.encode()).hexdigest()[:16]
-        return self.cache_dir / f"{type(self.encoder).__name__}-{image_size}px-{digest}"
+        stop = "" if self.prefix is None else f"before-{self.stops_before}-"
+        return self.cache_dir / f"{type(self.encoder).__name__}-{image_size}px-{stop}{digest}"
 
     def verify(self, encoder: nn.Module) -> None:
-        """Raise unless ``encoder`` has exactly the weights the cached features were computed with."""
-        if state_dict_hash(encoder) != self.weights_hash:
+        """Raise unless ``encoder`` has exactly the weights the cached features were computed with (for a
+        prefix cache: the same frozen prefix, stopping before the same stage)."""
+        theirs = (
+            getattr(encoder, "cache_stop", 0) if any(p.requires_grad for p in encoder.parameters()) else None
+        )
+        if theirs != self.prefix:
+            mine = "its whole grid" if self.prefix is None else f"the activations before {self.stops_before}"
+            raise ValueError(
+                f"the feature cache holds {mine}, but the model's encoder trains from another stage "
+                "(model.encoder.freeze / fine_tune_from differ from the cache's encoder); build both from "
+                "one config (data.feature_cache.encoder: ${model.encoder}) or drop data.feature_cache"
+            )
+        if self._weights_hash(encoder) != self.weights_hash:
             raise ValueError(
                 "the model's encoder weights differ from the feature cache's encoder: training on these "
                 "features would save a checkpoint whose encoder does not produce them. Use a pretrained, "
@@ -204,7 +250,10 @@ class FeatureCache:
             batch_idx = indices[start : start + self.batch_size]
             images = [image_to_tensor(source.image(i), image_size) for i in batch_idx]
             images = torch.stack(images)  # (B, 3, S, S)
-            grid = encoder.encode(images.to(self.device))  # (B, L, D): CaptionModel.encode's own path
+            if self.prefix is None:
+                grid = encoder.encode(images.to(self.device))  # (B, L, D): CaptionModel.encode's own path
+            else:
+                grid = encoder.encode_prefix(images.to(self.device))  # (B, C, h, w): the frozen prefix
             if store is None:
                 shape = (len(indices), *grid.shape[1:])
                 store = np.lib.format.open_memmap(tmp, mode="w+", dtype=STORAGE_DTYPE, shape=shape)
