@@ -349,8 +349,13 @@ def markdown(rows: list[dict], summary: dict, args: argparse.Namespace) -> str:
         lines.append(
             "grounding: fraction of generated object words whose attention peak is inside the named object. "
             "objects right: fraction of scene objects named with size, colour, shape and position all right "
-            "(order-free); extra / image: named objects the scene does not have. (alt): the same on "
-            f"{args.alt_scenes} scenes of tests/alt_renderer.py, a renderer written apart from the project's."
+            "(order-free); extra / image: named objects the scene does not have."
+            + (
+                f" (alt): the same on {args.alt_scenes} scenes of tests/alt_renderer.py, a renderer written "
+                "apart from the project's."
+                if "objects_alt" in columns
+                else ""
+            )
         )
     if first["skipped"]:
         lines.append("Not computed: " + "; ".join(f"{m}: {why}" for m, why in first["skipped"].items()))
