@@ -1,6 +1,7 @@
 """Lightning runs of the real composed training config (tiny sizes)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -83,3 +84,39 @@ def test_fused_clipping_under_a_gradient_scaler_clips_and_applies_the_true_gradi
     torch.testing.assert_close(w.grad, torch.full((4,), 0.005))  # 3 / 6 · 0.01 per entry
     plugin.scaler.step(opt)
     torch.testing.assert_close(w.detach(), torch.full((4,), -0.005))
+
+
+@pytest.mark.parametrize(
+    "env,zero",
+    [
+        ({}, True),
+        ({"RANK": "1", "LOCAL_RANK": "0", "NODE_RANK": "0"}, False),  # torchrun: the global rank decides
+        ({"LOCAL_RANK": "0", "GROUP_RANK": "1"}, False),  # torchrun's name for the node
+        ({"SLURM_PROCID": "0", "LOCAL_RANK": "0"}, True),
+        ({"LOCAL_RANK": "1", "NODE_RANK": "0"}, False),  # Lightning's own launcher
+    ],
+)
+def test_only_the_first_process_of_the_job_prints_the_best_checkpoint(env, zero, monkeypatch):
+    from captioning.training.train import is_global_zero
+
+    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert is_global_zero() is zero
+
+
+def test_every_experiment_with_early_stopping_checks_after_validation():
+    """An epoch-end last.ckpt is saved after validation: a resumed run checked at the train epoch's end
+    would find no val metric yet and crash."""
+    from captioning.training.config import CONFIG_DIR, compose_config
+
+    names = sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
+    checked = 0
+    for name in names:
+        cfg, _ = compose_config("train", [f"experiment={name}"])
+        stop = cfg.callbacks.get("early_stopping")
+        if stop:
+            checked += 1
+            assert stop.get("check_on_train_epoch_end") is False, name
+    assert checked >= 3

@@ -158,8 +158,19 @@ def main(cfg: DictConfig) -> None:
             raise
         print(f"captioning-train: error: {one_line(err)}", file=sys.stderr, flush=True)
         sys.exit(2)  # SystemExit passes through Hydra's error report
-    if int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(os.environ.get("NODE_RANK", 0)) == 0:
-        print(f"best checkpoint: {best}", flush=True)  # once, even under DDP
+    if is_global_zero():
+        print(f"best checkpoint: {best}", flush=True)  # once, even under DDP and on several nodes
+
+
+def is_global_zero() -> bool:
+    """The first process of the whole job: torchrun's RANK or SLURM's SLURM_PROCID where the launcher set
+    one, else local rank 0 of node 0 (Lightning's own launcher sets LOCAL_RANK and NODE_RANK; torchrun
+    names the node GROUP_RANK)."""
+    for name in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name]) == 0
+    node = os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))
+    return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(node) == 0
 
 
 def unknown_key_message(err: Exception, overrides: list[str]) -> str | None:
