@@ -215,3 +215,82 @@ def test_the_readme_sampling_example_runs_with_a_zoo_model(zoo_soft, photos):
     assert [r.caption for r in out] == [r.caption for r in again]
     with pytest.raises(ValueError, match="num_beams=5: expected 1 with do_sample"):
         zoo_soft.caption(photos, do_sample=True, num_beams=5)  # asked for both: refused, named
+
+
+def test_bad_inputs_cost_the_good_ones_nothing_and_are_all_named(ckpt, scene_png, tmp_path):
+    from captioning.inference.captioner import ImageInputError
+
+    model = Captioner.from_checkpoint(ckpt)
+    missing = tmp_path / "missing.png"
+    images = [scene_png, missing, scene_png, b"\0not an image", scene_png]
+    with pytest.raises(ImageInputError) as caught:
+        model.caption(images, batch_size=2)
+    err = caught.value
+    assert [i for i, _, _ in err.failures] == [1, 3]
+    assert f"{missing}: no such image file" in str(err) and "<input 3>" in str(err)
+    assert len(err.results) == 3 and {r.image for r in err.results} == {str(scene_png)}
+    with pytest.warns(UserWarning, match=f"{missing}: skipped: no such image file"):
+        kept = model.caption(images, on_error="skip")
+    assert [r.caption for r in kept] == [r.caption for r in err.results]
+    with pytest.raises(ValueError, match="on_error='ignore': expected 'raise' or 'skip'"):
+        model.caption(scene_png, on_error="ignore")
+
+
+def test_seed_and_generator_together_are_refused(ckpt, scene_png):
+    model = Captioner.from_checkpoint(ckpt)
+    with pytest.raises(ValueError, match="seed=1 and a generator given together"):
+        model.caption(scene_png, do_sample=True, seed=1, generator=torch.Generator().manual_seed(2))
+
+
+def test_hard_attention_on_a_soft_model_is_refused(ckpt, scene_png):
+    with pytest.raises(
+        ValueError, match=r"model\.ckpt: hard_attention='expected': this model's attention is soft"
+    ):
+        Captioner.from_checkpoint(ckpt).caption(scene_png, hard_attention="expected")
+
+
+def test_a_model_that_captions_everything_empty_is_an_error_naming_the_checkpoint(tmp_path, scene_png):
+    from captioning.data.vocab import Vocab
+    from captioning.inference.captioner import BrokenOutput
+
+    from corpus import build_module, checkpoint_dict
+
+    checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
+    checkpoint["state_dict"]["net.decoder.out.bias"][Vocab.end_id] = 3e4  # finite, and <end> always wins
+    torch.save(checkpoint, tmp_path / "ends.ckpt")
+    model = Captioner.from_checkpoint(tmp_path / "ends.ckpt")
+    with pytest.raises(BrokenOutput, match=r"every caption of the batch is empty.*ends\.ckpt"):
+        model.caption([scene_png, scene_png])
+
+
+def test_a_synthetic_scene_model_warns_once_when_it_captions_a_photo(ckpt, scene_png, tmp_path):
+    import warnings
+
+    photo = tmp_path / "holiday.jpg"
+    Image.fromarray(np.random.default_rng(2).integers(0, 256, (300, 400, 3), dtype=np.uint8)).save(photo)
+    model = Captioner.from_checkpoint(ZOO_SOFT.with_name("synthetic_soft.safetensors"))
+    assert model.trained_on == "synthetic"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.caption([scene_png, Image.open(photo)])  # a scene, and an in-memory image: no note
+    with pytest.warns(UserWarning, match="synthetic_soft.safetensors: trained on synthetic scenes") as caught:
+        model.caption([photo, photo, scene_png])
+    assert len([w for w in caught if "synthetic scenes" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.caption(photo)  # once per model
+
+
+def test_unk_is_left_out_of_the_caption_and_kept_in_the_tokens(tmp_path, scene_png):
+    from captioning.data.vocab import Vocab
+
+    from corpus import build_module, checkpoint_dict
+
+    checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
+    checkpoint["state_dict"]["net.decoder.out.bias"][Vocab.unk_id] = 50.0  # <unk> first, then words
+    torch.save(checkpoint, tmp_path / "unk.ckpt")
+    model = Captioner.from_checkpoint(tmp_path / "unk.ckpt")
+    (result,) = model.caption(scene_png, num_beams=1, no_repeat_ngram_size=1, max_new_tokens=4)
+    assert result.tokens[0] == "<unk>" and "<unk>" not in result.caption
+    assert result.caption == " ".join(result.tokens[1:])
+    assert result.to_json()["tokens"][0] == "<unk>" and len(result.attention) == len(result.tokens)

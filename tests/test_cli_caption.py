@@ -96,3 +96,44 @@ def test_sampled_n_best_prints_the_best_scored_caption(tiny_checkpoint, scene_fi
     assert out["caption"] == out["candidates"][0]["caption"] and out["score"] == max(scores)
     assert main(args) == 0
     assert capsys.readouterr().out.split("\t")[1].strip() == out["caption"]
+
+
+def test_caption_refuses_hard_attention_for_a_soft_model(tiny_checkpoint, scene_files, capsys):
+    args = ["caption", str(scene_files[0]), "--checkpoint", tiny_checkpoint, "--hard-attention", "expected"]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "hard_attention='expected': this model's attention is soft" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_caption_fails_when_every_caption_is_empty_naming_the_checkpoint(scene_files, tmp_path, capsys):
+    import torch
+
+    from captioning.data.vocab import Vocab
+
+    from corpus import build_module, checkpoint_dict
+
+    checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
+    checkpoint["state_dict"]["net.decoder.out.bias"][Vocab.end_id] = 3e4  # huge, finite: <end> at once
+    torch.save(checkpoint, tmp_path / "ends.ckpt")
+    assert main(["caption", *map(str, scene_files), "--checkpoint", str(tmp_path / "ends.ckpt")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "every caption of the batch is empty" in err and "ends.ckpt" in err
+
+
+def test_caption_notes_once_that_a_synthetic_model_captions_photos(tmp_path, scene_files, capsys):
+    from pathlib import Path
+
+    photos = []
+    for i in range(2):
+        photos.append(tmp_path / f"photo{i}.jpg")
+        Image.fromarray(np.random.default_rng(i).integers(0, 256, (150, 200, 3), dtype=np.uint8)).save(
+            photos[-1]
+        )
+    synthetic = Path(__file__).resolve().parents[1] / "docs" / "models" / "synthetic_soft.safetensors"
+    assert main(["caption", str(scene_files[0]), "--checkpoint", str(synthetic)]) == 0
+    assert capsys.readouterr().err == ""  # a synthetic scene: nothing to say
+    assert main(["caption", *map(str, photos), "--checkpoint", str(synthetic)]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.strip().splitlines()) == 2
+    assert err.count("trained on synthetic scenes") == 1 and err.startswith("note: ")

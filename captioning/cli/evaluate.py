@@ -44,6 +44,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "outputs/evaluate/<checkpoint stem>/<data>-<split>-beam<K>)",
     )
     parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the sampler with decoding.do_sample=true (default 0; recorded in scores.json): the same "
+        "seed, the same captions",
+    )
+    parser.add_argument(
         "overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k"
     )
     return parser
@@ -131,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
             device=cfg.device,
             rerank=rerank,
             memory_source=memory_source,
+            seed=args.seed,
         )
     except (*user_errors(), ValueError, RuntimeError) as err:  # e.g. a decoding value a check refused
         print(f"captioning evaluate: error: {one_line(err)}", file=sys.stderr)

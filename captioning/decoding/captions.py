@@ -26,23 +26,50 @@ class DecodedCaption:
 
 
 NON_FINITE = "the network's scores are not finite (NaN/inf): the checkpoint's weights are broken"
+ALL_EMPTY = (
+    "every caption of the batch is empty (the network ends each one before its first word): the "
+    "checkpoint's weights are broken"
+)
 
 
-class NonFiniteScores(ValueError):
+class BrokenOutput(ValueError):
+    """Decoded captions that are no captions: the network, not the images, is at fault. ``reason`` is the
+    message without the image's name (it names the checkpoint when known)."""
+
+    def __init__(self, name: str, reason: str, checkpoint: object = None):
+        self.reason = f"{reason} ({checkpoint})" if checkpoint else reason
+        super().__init__(f"{name}: {self.reason}")
+
+
+class NonFiniteScores(BrokenOutput):
     """Decoded captions whose scores are NaN/inf: broken weights, not captions (``check_finite``)."""
 
-    def __init__(self, name: str):
-        super().__init__(f"{name}: {NON_FINITE}")
-        self.reason = NON_FINITE
+    def __init__(self, name: str, checkpoint: object = None):
+        super().__init__(name, NON_FINITE, checkpoint)
 
 
-def check_finite(decoded: list[DecodedCaption], name: str) -> None:
-    """Raise :class:`NonFiniteScores` naming ``name`` when a caption of ``decoded`` scored NaN/inf.
+class EmptyCaptions(BrokenOutput):
+    """A batch in which every caption is empty: weights (e.g. huge finite ones) that emit <end> at once."""
+
+    def __init__(self, name: str, checkpoint: object = None):
+        super().__init__(name, ALL_EMPTY, checkpoint)
+
+
+def check_finite(decoded: list[DecodedCaption], name: str, checkpoint: object = None) -> None:
+    """Raise :class:`NonFiniteScores` naming ``name`` (and ``checkpoint``) when a caption of ``decoded``
+    scored NaN/inf.
 
     Finite weights can still overflow (a layer scaled by 1e18): such "captions" are whatever argmax of
     NaN gives, and scoring or printing them would call a broken model good."""
     if not all(math.isfinite(c.score) and math.isfinite(c.log_prob) for c in decoded):
-        raise NonFiniteScores(name)
+        raise NonFiniteScores(name, checkpoint)
+
+
+def check_not_all_empty(decoded: list[DecodedCaption], name: str, checkpoint: object = None) -> None:
+    """Raise :class:`EmptyCaptions` when every caption of a batch ``decoded`` is empty: one image may
+    rightly get no words, a whole batch of them is a broken network captioning nothing."""
+    if decoded and not any(c.words for c in decoded):
+        raise EmptyCaptions(name, checkpoint)
 
 
 @torch.no_grad()

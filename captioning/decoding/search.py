@@ -25,7 +25,6 @@ from torch import Tensor
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
 from captioning.decoding.processors import processed_log_probs, warp
-from captioning.models.attention.hard import HardAttention
 from captioning.models.decoders.base import Decoder
 
 
@@ -74,10 +73,16 @@ def _hard_attention_context(decoder: Decoder, context: str) -> contextlib.Abstra
 
     Every hard-attention layer of the decoder is switched, so an ensemble's hard members are too."""
     stack = contextlib.ExitStack()
-    for layer in decoder.modules():
-        if isinstance(layer, HardAttention):
-            stack.enter_context(layer.expected_context(context == "expected"))
+    for layer in hard_attention_layers(decoder):
+        stack.enter_context(layer.expected_context(context == "expected"))
     return stack
+
+
+def hard_attention_layers(decoder: Decoder) -> list:
+    """The decoder's attention layers that choose one cell and can read the expected context instead
+    (each offers ``expected_context``): the layers the ``hard_attention`` option acts on. Empty for soft
+    attention, where the option would change nothing."""
+    return [m for m in decoder.modules() if callable(getattr(m, "expected_context", None))]
 
 
 def _search(

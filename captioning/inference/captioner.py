@@ -10,6 +10,18 @@ They are streamed: each batch of ``batch_size`` images is read, resized and rele
 is read, so memory stays bounded for any number of photos of any size. Decoding options are HF
 ``generate``'s (``captioning.decoding.config``); unset ones are the checkpoint's. Each result carries
 its n-best list (``candidates``) when ``num_return_sequences > 1``.
+
+An input that cannot be read never costs the others their captions: every good image is captioned, and
+with ``on_error="raise"`` (the default) one :class:`ImageInputError` then names every bad input, with
+the good images' results in its ``.results`` (``.failures``: (index, name, reason) of each bad one);
+``on_error="skip"`` leaves the bad ones out of the results with a warning naming each.
+A network that captions nothing (NaN/inf scores, or every caption of a batch empty) raises a
+:class:`BrokenOutput` naming the checkpoint.
+
+``caption`` is the words for people: ``<unk>`` (a word the vocabulary lacks) is left out of it, and kept
+in ``tokens`` (aligned with the attention rows) and the JSON's "tokens". A checkpoint trained on the
+synthetic scenes (``trained_on == "synthetic"``) warns once when it captions a file that is not a
+synthetic scene: it can only describe coloured shapes.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -34,11 +47,15 @@ from captioning.data.features import encoder_identity
 from captioning.data.files import write_atomically
 from captioning.data.images import decode_rgb, image_to_tensor, load_rgb, to_rgb
 from captioning.decoding import GenerationConfig, decode_captions
-from captioning.decoding.captions import (  # noqa: F401 - NonFiniteScores for callers
+from captioning.decoding.captions import (  # noqa: F401 - the errors for callers
+    BrokenOutput,
     DecodedCaption,
+    EmptyCaptions,
     NonFiniteScores,
     check_finite,
+    check_not_all_empty,
 )
+from captioning.decoding.search import hard_attention_layers
 from captioning.inference.consensus import ConsensusReranker
 
 # bytes: a path (os.fsencode) or, with a NUL byte no path can hold, an image file's encoded bytes;
@@ -100,6 +117,48 @@ class CaptionResult:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, lambda f: picture.save(f, format=image_format))
         return picture
+
+
+ON_ERROR = ("raise", "skip")
+
+
+class ImageInputError(ValueError):
+    """Inputs that could not be captioned; the others were. ``failures``: (index, name, reason) of each
+    bad input; ``results``: the good inputs' results in input order (filled by ``Captioner.caption``;
+    empty from ``iter_captions``, whose results were already yielded)."""
+
+    def __init__(self, failures: list[tuple[int, str, str]]):
+        self.failures, self.results = failures, []
+        shown = "; ".join(f"{name}: {reason}" for _, name, reason in failures)
+        super().__init__(
+            f"{len(failures)} input{'s' if len(failures) > 1 else ''} could not be captioned (the others "
+            f"were: see .results): {shown}"
+            if len(failures) > 1
+            else shown
+        )
+
+
+HIDDEN_WORDS = frozenset({"<unk>"})  # kept in tokens, not shown in the caption
+
+
+def display_caption(words: Sequence[str]) -> str:
+    """The caption shown to people: the words joined, ``<unk>`` left out (it is in the tokens)."""
+    return " ".join(w for w in words if w not in HIDDEN_WORDS)
+
+
+def synthetic_note(path: object) -> str:
+    """What a synthetic-scene model's caption of a photo is worth, in one line naming the checkpoint."""
+    return (
+        f"{path}: trained on synthetic scenes (coloured shapes on a plain background, data=synthetic): its "
+        "captions of photos name shapes and colours, not what the photo shows"
+    )
+
+
+def is_synthetic_scene(picture: Image.Image) -> bool:
+    """Whether an image has the synthetic scenes' canvas size (what a photo almost never has)."""
+    from captioning.data.synthetic import CANVAS
+
+    return picture.size == (CANVAS, CANVAS)
 
 
 def as_pil(image: ImageInput) -> Image.Image:
@@ -203,6 +262,12 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return device
 
 
+def _reason(err: BaseException, name: str) -> str:
+    """An input's error message without a leading copy of its name (the failure line names it once)."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text.removeprefix(f"{name}: ")
+
+
 def _name(image: ImageInput, index: int) -> str:
     if isinstance(image, bytes | bytearray) and b"\0" not in image:
         return os.fsdecode(bytes(image))
@@ -217,6 +282,12 @@ class Captioner:
         self.decoding = GenerationConfig.from_dict(loaded.decoding)
         self.image_size, self.path, self.provenance = loaded.image_size, loaded.path, loaded.provenance
         self.bf16 = bf16
+        from captioning.inference.evaluation import trained_data
+
+        # "synthetic" (recorded, or a vocabulary of synthetic-scene words only), a recorded data name, or None
+        meta = {"vocab": {"itos": self.vocab.itos}, "provenance": self.provenance}
+        self.trained_on = trained_data(meta, strict=True)
+        self._noted_synthetic = False
         self.to(device)
 
     @classmethod
@@ -255,12 +326,31 @@ class Captioner:
         return self
 
     def generation_config(self, **options: Any) -> GenerationConfig:
-        """The checkpoint's decoding defaults with ``options`` (HF names) changed."""
+        """The checkpoint's decoding defaults with ``options`` (HF names) changed. ``hard_attention`` is
+        refused for a model none of whose attention layers chooses a cell (soft attention): it would
+        change nothing."""
+        context = options.get("hard_attention")
+        if context is not None and not hard_attention_layers(self.net.decoder):
+            raise ValueError(
+                f"{self.path}: hard_attention={context!r}: this model's attention is soft (no layer chooses "
+                "one cell), so the option would change nothing; it applies to hard-attention models only"
+            )
         return self.decoding.replace(**options)
 
-    def caption(self, images: ImageInput | Iterable[ImageInput], **kwargs: Any) -> list[CaptionResult]:
-        """Caption one image or many: ``iter_captions`` collected into a list (same arguments)."""
-        return list(self.iter_captions(images, **kwargs))
+    def caption(
+        self, images: ImageInput | Iterable[ImageInput], on_error: str = "raise", **kwargs: Any
+    ) -> list[CaptionResult]:
+        """Caption one image or many: ``iter_captions`` collected into a list (same arguments). With
+        ``on_error="raise"``, the :class:`ImageInputError` naming the bad inputs carries in ``.results``
+        the captions of all the good ones."""
+        results: list[CaptionResult] = []
+        try:
+            for result in self.iter_captions(images, on_error=on_error, **kwargs):
+                results.append(result)
+        except ImageInputError as err:
+            err.results = results
+            raise
+        return results
 
     def iter_captions(
         self,
@@ -269,16 +359,31 @@ class Captioner:
         seed: int | None = None,
         generator: torch.Generator | None = None,
         reranker: ConsensusReranker | None = None,
+        on_error: str = "raise",
         **options: Any,
     ) -> Iterator[CaptionResult]:
         """Results batch by batch (streamed). ``options``: HF ``generate`` names (unset: the checkpoint's);
-        ``seed``/``generator`` make sampling repeatable. With a ``reranker``
+        ``seed`` or a ``generator`` (not both) make sampling repeatable. With a ``reranker``
         (``captioning.inference.consensus``), each caption is the candidate its vote keeps (the beams use
-        ``options``; ``candidates`` then lists every distinct candidate)."""
-        if not isinstance(batch_size, int) or batch_size < 1:
+        ``options``, except what the reranker sets itself: ``RerankConfig.check_decoding``; ``candidates``
+        then lists every distinct candidate). ``on_error``: what an unreadable input does once every good
+        one is yielded: "raise" one :class:`ImageInputError` naming them all, or "skip" them with a warning
+        each."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
-        if seed is not None and (not isinstance(seed, int) or not 0 <= seed < 2**63):  # as the CLI's --seed
+        if seed is not None and (
+            not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63
+        ):  # as the CLI's --seed
             raise ValueError(f"seed={seed!r}: expected an integer in [0, 2**63)")
+        if seed is not None and generator is not None:
+            raise ValueError(
+                f"seed={seed} and a generator given together: the generator's state would decide and the "
+                "seed be ignored; pass one of them"
+            )
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
+        if reranker is not None:  # what the reranker sets itself, named before the options are combined
+            reranker.config.check_decoding(options)
         config = self.generation_config(**options)
         if reranker is not None:
             reranker.memory.check_encoder(self.encoder_identity, str(self.path))
@@ -290,13 +395,24 @@ class Captioner:
                 "file or image bytes, or a list of them"
             )
         stream = iter([images] if isinstance(images, SINGLE) else images)
+        failures: list[tuple[int, str, str]] = []
         for start in itertools.count(0, batch_size):
             chunk = list(itertools.islice(stream, batch_size))
             if not chunk:
-                return
+                break
             with torch.no_grad():  # not around the yield: the caller's code between items keeps its grad mode
-                results = self._caption_batch(chunk, start, config, generator, reranker)
+                results = self._caption_batch(chunk, start, config, generator, reranker, failures)
             yield from results
+        if failures and on_error == "raise":
+            raise ImageInputError(failures)
+        for _, name, reason in failures:
+            warnings.warn(f"{name}: skipped: {reason}", stacklevel=2)
+
+    def _note_synthetic(self) -> None:
+        """Warn once that a synthetic-scene model is captioning a user's photo."""
+        if self.trained_on == "synthetic" and not self._noted_synthetic:
+            self._noted_synthetic = True
+            warnings.warn(synthetic_note(self.path), stacklevel=4)
 
     @property
     def encoder_identity(self) -> dict:
@@ -310,7 +426,7 @@ class Captioner:
         grids = self.net.encode(batch)  # (B, L, D)
         options = reranker.candidates(self.net.decoder, grids, self.vocab, config)
         for name, image_options in zip(names, options):
-            check_finite(image_options, name)  # a broken model's candidates are never voted on
+            check_finite(image_options, name, self.path)  # a broken model's candidates are never voted on
         out = []
         for kept, image_options in zip(reranker.choose(options, grids), options):
             distinct = {" ".join(kept.words): kept}
@@ -320,12 +436,27 @@ class Captioner:
         return out
 
     def _caption_batch(
-        self, chunk: list, start: int, config: GenerationConfig, generator, reranker=None
+        self, chunk: list, start: int, config: GenerationConfig, generator, reranker=None, failures=None
     ) -> list[CaptionResult]:
-        tensors = [image_to_tensor(as_pil(image), self.image_size) for image in chunk]  # released after
+        tensors, names = [], []
+        for i, image in enumerate(chunk):  # released after the batch
+            name = _name(image, start + i)
+            try:
+                picture = as_pil(image)
+                tensors.append(image_to_tensor(picture, self.image_size))
+                names.append(name)
+                if isinstance(image, str | Path) and not is_synthetic_scene(picture):
+                    self._note_synthetic()
+                del picture
+            except (ValueError, TypeError, OSError) as err:  # one bad input: named, the others captioned
+                if failures is None:
+                    raise
+                failures.append((start + i, name, _reason(err, name)))
+        if not tensors:
+            return []
+        chunk = tensors
         batch = torch.stack(tensors).to(self.device)  # (B, 3, S, S)
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-        names = [_name(image, start + i) for i, image in enumerate(chunk)]
         with autocast:
             if reranker is None:
                 decoded = decode_captions(self.net, self.vocab, batch, config, generator=generator)
@@ -338,7 +469,7 @@ class Captioner:
         for i in range(len(chunk)):
             candidates = [
                 CaptionResult(
-                    caption=" ".join(c.words),
+                    caption=display_caption(c.words),
                     tokens=c.words,
                     attention=c.attention.numpy().reshape(len(c.words), h, w),  # (T, H*W) -> (T, H, W)
                     token_log_probs=c.token_log_probs,
@@ -349,7 +480,11 @@ class Captioner:
                 for c in per_image[i]
             ]
             best = candidates[0]
-            check_finite(per_image[i], best.image)
+            check_finite(per_image[i], best.image, self.path)
             best.candidates = candidates
             results.append(best)
+        shown = (
+            names[0] if len(names) == 1 else f"{names[0]} and the {len(names) - 1} other images of its batch"
+        )
+        check_not_all_empty([c for p in per_image for c in p], shown, self.path)  # every candidate
         return results

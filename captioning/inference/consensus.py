@@ -20,7 +20,8 @@ one half of the Flickr8k dev images and checked on the other (docs/experiments/f
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import math
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -47,15 +48,46 @@ class RerankConfig:
     seed: int = 0  # of the sampler: the same seed, the same captions
 
     def __post_init__(self) -> None:
+        def integer(v, low, high):
+            return isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+        def number(v, ok):  # finite: an inf weight makes every score inf or NaN, a NaN one every vote a tie
+            return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and ok(v)
+
         for name, ok, expected in (
-            ("num_beams", 1 <= self.num_beams <= 64, "an integer in [1, 64]"),
-            ("num_samples", 0 <= self.num_samples <= 256, "an integer in [0, 256]"),
-            ("top_p", 0 < self.top_p <= 1, "a number in (0, 1]"),
-            ("neighbours", self.neighbours >= 0, "an integer >= 0"),
-            ("weight", self.weight >= 0, "a number >= 0"),
+            ("num_beams", integer(self.num_beams, 1, 64), "an integer in [1, 64]"),
+            ("num_samples", integer(self.num_samples, 0, 256), "an integer in [0, 256]"),
+            ("top_p", number(self.top_p, lambda v: 0 < v <= 1), "a number in (0, 1]"),
+            ("neighbours", integer(self.neighbours, 0, 100_000), "an integer in [0, 100000]"),
+            ("weight", number(self.weight, lambda v: 0 <= v <= 1e6), "a finite number in [0, 1e6]"),
+            ("seed", integer(self.seed, 0, 2**63 - 1), "an integer in [0, 2**63)"),
         ):
             if not ok:
                 raise ValueError(f"rerank.{name}={getattr(self, name)!r}: expected {expected}")
+
+    def check_decoding(self, options: Mapping[str, Any], where: str = "") -> None:
+        """Refuse decoding options the reranking would not honour, each by name: it searches its own
+        ``num_beams`` beams (a different explicit ``num_beams`` is refused: set rerank.num_beams) and
+        draws its own ``num_samples`` samples (``do_sample`` is refused), and returns one caption per image
+        with every distinct candidate (``num_return_sequences`` is refused). ``None`` values are unset."""
+        prefix = f"{where}: " if where else ""
+        beams = options.get("num_beams")
+        if beams is not None and beams != self.num_beams:
+            raise ValueError(
+                f"{prefix}num_beams={beams!r} with reranking: the reranker searches rerank.num_beams="
+                f"{self.num_beams} beams; set rerank.num_beams={beams!r} instead"
+            )
+        if options.get("do_sample"):
+            raise ValueError(
+                f"{prefix}do_sample with reranking: the reranker draws its own rerank.num_samples="
+                f"{self.num_samples} samples (top_p={self.top_p}) beside its beams; drop do_sample"
+            )
+        n = options.get("num_return_sequences")
+        if n is not None and n != 1:
+            raise ValueError(
+                f"{prefix}num_return_sequences={n!r} with reranking: it keeps one caption per image (its "
+                "other distinct candidates are listed with it); drop num_return_sequences"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +108,11 @@ class ConsensusReranker:
     """Candidates from decoders, scored by ``consensus_scores`` against themselves and the memory."""
 
     def __init__(self, config: RerankConfig, memory: CaptionMemory):
+        if not isinstance(config, RerankConfig):
+            raise TypeError(
+                f"ConsensusReranker: config is a {type(config).__name__}; expected a RerankConfig"
+            )
+        config.__post_init__()  # again: a config changed after it was made (object.__setattr__) is refused
         self.config, self.memory = config, memory
         self.cider = CiderD(memory.captions)  # document frequencies of the memory's (training) references
         self.generator = torch.Generator().manual_seed(config.seed)

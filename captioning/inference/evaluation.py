@@ -15,6 +15,7 @@ grounding (captioning.metrics.grounding) is computed from the same decoded capti
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,8 @@ from captioning.data.images import ImageError
 from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
 from captioning.decoding import GenerationConfig, decode_captions
-from captioning.decoding.captions import check_finite
+from captioning.decoding.captions import check_finite, check_not_all_empty
+from captioning.decoding.search import hard_attention_layers
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
 from captioning.inference.memory import CaptionMemory
 from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
@@ -62,10 +64,11 @@ def synthetic_words() -> frozenset[str]:
     return frozenset(words)
 
 
-def trained_data(meta: dict[str, Any]) -> str | None:
+def trained_data(meta: dict[str, Any], strict: bool = False) -> str | None:
     """The data config (``captioning/conf/data/<name>.yaml``) a checkpoint's plain-data entry says it was
     trained on: its provenance's ``data`` where recorded; else ``"synthetic"`` for a vocabulary of which more
-    than half the words are synthetic-scene words (a photo corpus's has thousands of others); else None."""
+    than half the words are synthetic-scene words (a photo corpus's has thousands of others), with
+    ``strict`` only for one of nothing but synthetic-scene words; else None."""
     provenance = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else {}
     recorded = provenance.get("data")
     if isinstance(recorded, dict):  # a recorded config group choice or config with its name
@@ -78,7 +81,8 @@ def trained_data(meta: dict[str, Any]) -> str | None:
         return None
     words = [w for w in itos if isinstance(w, str) and not (w.startswith("<") and w.endswith(">"))]
     known = synthetic_words()
-    if words and sum(w in known for w in words) * 2 > len(words):
+    hits = sum(w in known for w in words)
+    if words and (hits == len(words) if strict else hits * 2 > len(words)):
         return "synthetic"
     return None
 
@@ -111,6 +115,7 @@ class Evaluation:
     objects: dict[str, Any] | None = None  # synthetic scenes only: captioning.metrics.objects
     params: dict[str, int] = field(default_factory=dict)  # {"total", "trainable"} of the network
     rerank: dict[str, Any] | None = None  # the consensus reranking's settings, if captions were reranked
+    seed: int = 0  # of the sampler (do_sample): the same seed, the same captions
 
     def to_dict(self) -> dict[str, Any]:
         """The scores JSON: everything but the captions (those are in the results file)."""
@@ -118,6 +123,7 @@ class Evaluation:
             "checkpoint": self.checkpoint,
             "data": self.data,
             "decoding": self.decoding,
+            "seed": self.seed,
             "rerank": self.rerank,
             **self.report.to_dict(),
             "grounding": self.grounding,
@@ -150,9 +156,12 @@ def decode_source(
     batch_size: int = 50,
     feature_cache: FeatureCache | None = None,
     reranker: ConsensusReranker | None = None,
+    generator: torch.Generator | None = None,
 ) -> Decoded:
     """Caption every image of ``source`` with ``generate(**decoding)``; features come from the cache if given.
-    With a ``reranker``, each image's caption is the one it chooses among the decoders' candidates."""
+    With a ``reranker``, each image's caption is the one it chooses among the decoders' candidates.
+    ``generator`` draws the samples of ``do_sample`` (repeatable runs). A batch whose scores are not finite
+    or whose captions are all empty is an error naming the checkpoint: a broken network is never scored."""
     inputs = model_inputs(model, source, feature_cache)
     device = next(model.net.parameters()).device
     decoded = Decoded([], [], [], [], (model.net.grid_size, model.net.grid_size))
@@ -169,15 +178,19 @@ def decode_source(
             continue
         batch = torch.stack(rows).to(device)  # (B, 3, S, S) or (B, L, D)
         if reranker is None:
-            captions = decode_captions(model.net, model.vocab, batch, **decoding)
+            captions = decode_captions(model.net, model.vocab, batch, generator=generator, **decoding)
         else:
             grids = model.net.encode(batch)  # (B, L, D)
             options = reranker.candidates(
                 model.net.decoder, grids, model.vocab, GenerationConfig.from_dict(decoding)
             )
-            check_finite([c for image in options for c in image], f"image {source.image_id(indices[0])}")
+            check_finite(
+                [c for image in options for c in image], f"image {source.image_id(indices[0])}", model.path
+            )
             captions = reranker.choose(options, grids, [source.image_id(i) for i in indices])
-        check_finite(captions, f"image {source.image_id(indices[0])} and its batch")  # never scored as good
+        where = f"image {source.image_id(indices[0])} and its batch"
+        check_finite(captions, where, model.path)  # never scored as good
+        check_not_all_empty(captions, where, model.path)
         for i, caption in zip(indices, captions):
             decoded.indices.append(i)
             decoded.image_ids.append(source.image_id(i))
@@ -208,12 +221,50 @@ def model_inputs(
 
 
 def build_memory(
-    model: LoadedCaptioner, source: CaptionSource, feature_cache: FeatureCache | None
+    model: LoadedCaptioner,
+    source: CaptionSource,
+    feature_cache: FeatureCache | None,
+    skipped: list[str] | None = None,
+    batch_size: int = 250,
 ) -> CaptionMemory:
-    """The caption memory of ``source`` (a training split) seen through ``model``'s encoder, with its identity."""
-    return CaptionMemory.build(
-        model.net.encode, model_inputs(model, source, feature_cache), source,
-        encoder=encoder_identity(model.net.encoder, model.image_size),
+    """The caption memory of ``source`` (a training split) seen through ``model``'s encoder, with its identity.
+
+    An unreadable image is left out of the memory (as training and evaluate skip it): one line per image
+    is appended to ``skipped`` when given, else one warning names how many and the first."""
+    from captioning import progress
+    from captioning.data.tokenize import tokenize
+    from captioning.inference.memory import pooled
+
+    inputs = model_inputs(model, source, feature_cache)
+    lines: list[str] = []
+    vectors, kept = [], []
+    with torch.no_grad():
+        for start in progress.batches(len(source), batch_size, "caption memory"):
+            rows = []
+            for i in range(start, min(start + batch_size, len(source))):
+                try:
+                    rows.append(inputs(i))
+                    kept.append(i)
+                except ImageError as err:
+                    lines.append(str(err))
+            if rows:
+                vectors.append(pooled(model.net.encode(torch.stack(rows))))  # (b, D)
+    if not kept:
+        raise ValueError(
+            f"the caption memory has no readable image ({len(lines)} of {len(source)} could not be read; "
+            f"the first: {lines[0] if lines else 'none'})"
+        )
+    if skipped is not None:
+        skipped.extend(lines)
+    elif lines:
+        warnings.warn(
+            f"caption memory: skipped {len(lines)} unreadable images of {len(source)}; the first: {lines[0]}",
+            stacklevel=2,
+        )
+    captions = [[t for t in (" ".join(tokenize(c)) for c in source.captions(i)) if t] for i in kept]
+    return CaptionMemory(
+        torch.cat(vectors), captions, [source.image_id(i) for i in kept],
+        encoder_identity(model.net.encoder, model.image_size),
     )  # fmt: skip
 
 
@@ -237,6 +288,7 @@ def evaluate_checkpoint(
     device: str = "cpu",
     rerank: RerankConfig | None = None,
     memory_source: CaptionSource | None = None,
+    seed: int = 0,
 ) -> Evaluation:
     """Decode ``source`` with the checkpoint and score it. ``decoding`` options (HF ``generate`` names)
     override the checkpoint's; ``None`` values keep them. Several checkpoints are decoded as their
@@ -247,10 +299,22 @@ def evaluate_checkpoint(
 
     With ``rerank``, captions are chosen among candidates by consensus (``captioning.inference.consensus``)
     with a caption memory of ``memory_source`` (the training split) built with the same encoder.
+
+    ``seed`` seeds the sampler of ``do_sample`` (recorded in the scores: the same seed, the same captions).
     """
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed={seed!r}: expected an integer in [0, 2**63)")
     paths = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
+    if rerank is not None:  # options the reranking sets itself: refused before anything is loaded
+        rerank.check_decoding(decoding or {}, "decoding")
     model = load_captioners(paths)
     model.net.to(device)
+    context = (decoding or {}).get("hard_attention")
+    if context is not None and not hard_attention_layers(model.net.decoder):
+        raise ValueError(
+            f"{members_label(paths)}: decoding.hard_attention={context!r}: this model's attention is soft (no "
+            "layer chooses one cell), so the option would change nothing; it applies to hard-attention models"
+        )
     decoding = GenerationConfig.from_dict(model.decoding).replace(**(decoding or {})).to_dict()
     if decoding["num_return_sequences"] != 1:
         raise ValueError("evaluate scores one caption per image: decoding.num_return_sequences must be 1")
@@ -260,7 +324,8 @@ def evaluate_checkpoint(
         if memory_source is None:
             raise ValueError("rerank needs a memory_source: the training split whose captions vote")
         reranker = ConsensusReranker(rerank, build_memory(model, memory_source, cache))
-    decoded = decode_source(model, source, decoding, batch_size, cache, reranker)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    decoded = decode_source(model, source, decoding, batch_size, cache, reranker, generator)
     decoded_ids = set(decoded.image_ids)  # unreadable images are left out of the scores (and reported)
     references = {
         source.image_id(i): list(source.captions(i))
@@ -279,7 +344,7 @@ def evaluate_checkpoint(
     }
     return Evaluation(
         members_label(paths), data_name, decoding, report, decoded, grounding, objects, params,
-        rerank.to_dict() if rerank is not None else None,
+        rerank.to_dict() if rerank is not None else None, seed,
     )  # fmt: skip
 
 
