@@ -11,15 +11,9 @@ from typing import Any
 
 import torch
 
-from captioning.checkpoints.export import (
-    half_floats,
-    is_export,
-    read_export,
-    replace_with_partial,
-    write_partial,
-)
+from captioning.checkpoints.export import half_floats, replace_with_partial, write_partial
 from captioning.checkpoints.format import CHECKPOINT_KEY
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import is_export, load_captioner, read_export
 from captioning.checkpoints.save import atomic_torch_save
 from captioning.decoding.config import GenerationConfig
 

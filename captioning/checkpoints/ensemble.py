@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from captioning.checkpoints.load import CheckpointError, LoadedCaptioner, load_captioner
-from captioning.data.features import encoder_identity
+from captioning.hashing import encoder_identity
 from captioning.models.captioner import CaptionModel
 from captioning.models.decoders.ensemble import EnsembleDecoder
 

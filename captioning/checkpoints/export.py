@@ -14,33 +14,18 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
-import torch
-
 from captioning.checkpoints.format import CHECKPOINT_KEY
-from captioning.checkpoints.load import (
+from captioning.checkpoints.load import (  # noqa: F401 - FORMAT, is_export, read_export: read here
+    FORMAT,
     CheckpointError,
     build_captioner,
     checkpoint_parts,
+    is_export,
     load_captioner,
     read_checkpoint,
+    read_export,
 )
-from captioning.writes import EXPORT, EXPORT_FORMAT, commit, output, temp_beside
-
-FORMAT = EXPORT_FORMAT
-MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header starting with "{"
-
-
-def is_export(path: Path) -> bool:
-    """A safetensors file: by its header's shape, or by suffix unless the bytes are a torch checkpoint
-    (a zip archive or a pickle: a training checkpoint renamed ``.safetensors`` still loads as one)."""
-    with open(path, "rb") as f:
-        head = f.read(MAGIC_OFFSET + 1)
-    if len(head) == MAGIC_OFFSET + 1 and head[MAGIC_OFFSET : MAGIC_OFFSET + 1] == b"{":
-        return True  # an 8-byte header length, then the JSON header (checked before the pickle byte below:
-        # the length's low byte may be 0x80 too)
-    if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch's zip format, a legacy pickle
-        return False
-    return path.suffix == ".safetensors"
+from captioning.writes import EXPORT, commit, output, temp_beside
 
 
 def export_checkpoint(
@@ -136,7 +121,7 @@ def _save(state: dict, meta: dict, tmp: Path) -> None:
 def _without_encoder(state: dict, meta: dict, path: Path) -> tuple[dict, dict]:
     from omegaconf import OmegaConf
 
-    from captioning.data.features import tensors_hash
+    from captioning.hashing import tensors_hash
 
     encoder_cfg = OmegaConf.create(meta["net_config"]).get("encoder", {})
     if not (encoder_cfg.get("pretrained") and encoder_cfg.get("freeze", True)):
@@ -150,33 +135,3 @@ def _without_encoder(state: dict, meta: dict, path: Path) -> tuple[dict, dict]:
         "sha256": tensors_hash({k.removeprefix("encoder."): v for k, v in encoder.items()}),
     }
     return {k: v for k, v in state.items() if k not in encoder}, record
-
-
-def read_export(path: Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
-    """(state dict in float32, the plain-data entry) of an export; any failure is a CheckpointError."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt", device=str(map_location)) as f:
-            metadata = f.metadata() or {}
-            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(
-            f"{path}: not a readable safetensors export: {' '.join(str(err).split())[:200]}"
-        ) from err
-    if metadata.get("format") != FORMAT or CHECKPOINT_KEY not in metadata:
-        raise CheckpointError(
-            f"{path}: a safetensors file, but not a captioning export (expected header format {FORMAT!r}, "
-            f"as written by `captioning export`)"
-        )
-    try:
-        meta = json.loads(metadata[CHECKPOINT_KEY])
-    except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested thousands deep
-        reason = err if isinstance(err, json.JSONDecodeError) else "nested too deeply"
-        raise CheckpointError(
-            f"{path}: the export's '{CHECKPOINT_KEY}' header is not JSON: {reason}"
-        ) from err
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{path}: the export's '{CHECKPOINT_KEY}' header is not a mapping")
-    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}  # fp16 exports
-    return state, meta

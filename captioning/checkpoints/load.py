@@ -31,6 +31,10 @@ from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
 from captioning.models.captioner import CaptionModel
 from captioning.models.registry import MODEL_CLASSES, SIZE_BOUNDS, bad_sizes, canonical_name, size_problem
+from captioning.writes import EXPORT_FORMAT
+
+FORMAT = EXPORT_FORMAT
+MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header starting with "{"
 
 
 class CheckpointError(ValueError):
@@ -157,11 +161,52 @@ def net_state(checkpoint: dict) -> dict:
 def read_weights_and_meta(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
     """(the network's state dict, the plain-data entry) of a training checkpoint or a weights-only export."""
     path = Path(path)
-    from captioning.checkpoints.export import is_export, read_export  # safetensors, only when needed
-
     if path.is_file() and is_export(path):
         return read_export(path, map_location)
     return checkpoint_parts(read_checkpoint(path, map_location), path)
+
+
+def is_export(path: Path) -> bool:
+    """A safetensors file: by its header's shape, or by suffix unless the bytes are a torch checkpoint
+    (a zip archive or a pickle: a training checkpoint renamed ``.safetensors`` still loads as one)."""
+    with open(path, "rb") as f:
+        head = f.read(MAGIC_OFFSET + 1)
+    if len(head) == MAGIC_OFFSET + 1 and head[MAGIC_OFFSET : MAGIC_OFFSET + 1] == b"{":
+        return True  # an 8-byte header length, then the JSON header (checked before the pickle byte below:
+        # the length's low byte may be 0x80 too)
+    if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch's zip format, a legacy pickle
+        return False
+    return path.suffix == ".safetensors"
+
+
+def read_export(path: Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
+    """(state dict in float32, the plain-data entry) of an export; any failure is a CheckpointError."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device=str(map_location)) as f:
+            metadata = f.metadata() or {}
+            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(
+            f"{path}: not a readable safetensors export: {' '.join(str(err).split())[:200]}"
+        ) from err
+    if metadata.get("format") != FORMAT or CHECKPOINT_KEY not in metadata:
+        raise CheckpointError(
+            f"{path}: a safetensors file, but not a captioning export (expected header format {FORMAT!r}, "
+            f"as written by `captioning export`)"
+        )
+    try:
+        meta = json.loads(metadata[CHECKPOINT_KEY])
+    except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested thousands deep
+        reason = err if isinstance(err, json.JSONDecodeError) else "nested too deeply"
+        raise CheckpointError(
+            f"{path}: the export's '{CHECKPOINT_KEY}' header is not JSON: {reason}"
+        ) from err
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: the export's '{CHECKPOINT_KEY}' header is not a mapping")
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}  # fp16 exports
+    return state, meta
 
 
 def checkpoint_parts(checkpoint: dict, path: Path) -> tuple[dict, dict]:
@@ -247,7 +292,7 @@ def _network_config(meta: dict, path: Path) -> dict:
 
 def _packaged_encoder_state(net: CaptionModel, record: Any, path: Path) -> dict:
     """The encoder's tensors as built from its package, if they are the ones the export recorded."""
-    from captioning.data.features import state_dict_hash
+    from captioning.hashing import state_dict_hash
 
     if not (isinstance(record, dict) and isinstance(record.get("sha256"), str)):
         raise CheckpointError(f"{path}: 'encoder_weights' is {record!r:.80}; expected {{source, sha256}}")

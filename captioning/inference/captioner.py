@@ -43,7 +43,6 @@ from torch import Tensor
 
 from captioning.checkpoints.ensemble import load_captioners
 from captioning.checkpoints.load import LoadedCaptioner
-from captioning.data.features import encoder_identity
 from captioning.data.files import write_atomically
 from captioning.data.images import decode_rgb, image_to_tensor, load_rgb, to_rgb
 from captioning.decoding import GenerationConfig, decode_captions
@@ -56,6 +55,7 @@ from captioning.decoding.captions import (  # noqa: F401 - the errors for caller
     check_not_all_empty,
 )
 from captioning.decoding.search import hard_attention_layers
+from captioning.hashing import encoder_identity
 from captioning.inference.consensus import ConsensusReranker
 
 # bytes: a path (os.fsencode) or, with a NUL byte no path can hold, an image file's encoded bytes;
