@@ -10,20 +10,10 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
-from captioning.training.callbacks.wandb_table import find_wandb_logger
-
-
-def stage_inside(save_dir: str | Path) -> Path:
-    """Point W&B's staging at ``save_dir``/wandb/data unless WANDB_DATA_DIR is set; returns the folder."""
-    folder = Path(os.environ.setdefault("WANDB_DATA_DIR", str(Path(save_dir) / "wandb" / "data")))
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+from captioning.training.callbacks.wandb_logger import find_wandb_logger, stage_inside
 
 
 class WandbRunSummary(pl.Callback):

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.loggers import WandbLogger
 from torch import Tensor
 
 from captioning.decoding import decode_captions
 from captioning.inference.viz import figure_array
+from captioning.training.callbacks.wandb_logger import find_wandb_logger, stage_inside
 
 COLUMNS = ["image_id", "epoch", "caption", "references", "overlay"]
 
@@ -46,10 +46,6 @@ class Example:
 class Captioned:
     tokens: list[str]  # without <start>/<end>
     attention: np.ndarray  # (len(tokens), H*W): the weights used for each word
-
-
-def find_wandb_logger(trainer: pl.Trainer) -> WandbLogger | None:
-    return next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
 
 
 def first_examples(dataset, num_images: int) -> list[Example]:
@@ -110,8 +106,6 @@ class WandbAttentionTable(pl.Callback):
         if logger is None or trainer.sanity_checking or not trainer.is_global_zero:
             return
         import wandb  # only needed once a WandbLogger exists
-
-        from captioning.training.callbacks.wandb_summary import stage_inside
 
         stage_inside(logger.save_dir or trainer.default_root_dir)  # the table's files stay in the run folder
 
