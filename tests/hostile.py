@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -11,9 +12,14 @@ import torch
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
 
+# A progress line of captioning/progress.py ("scoring: 7/8 metric (88%), 00:23 elapsed, ETA 00:03"): work
+# lasting over 5 s prints them on stderr, which is fine; the error must still be one line beside them.
+PROGRESS_LINE = re.compile(r"^[\w .-]+: \d+(/\d+)? \w+( \(\d+%\))?, ((\d+:)?\d\d:\d\d elapsed|done in )")
+
 
 def error_lines(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.strip()]
+    """The non-blank stderr lines, progress lines left out."""
+    return [line for line in err.splitlines() if line.strip() and not PROGRESS_LINE.search(line)]
 
 
 def assert_one_line(err: str, *culprits: str) -> str:

@@ -33,11 +33,17 @@ from hostile import (
 # ------------------------------------------------------------------------------ broken checkpoints
 
 
+def written(out: Path, content: str | bytes) -> Path:
+    """``out`` holding ``content`` (write_text's return value is a count, not the path)."""
+    out.write_bytes(content.encode() if isinstance(content, str) else content)
+    return out
+
+
 BROKEN_CHECKPOINTS = {
-    "text": lambda good, out: out.write_text("model: soft\nhidden_dim: 16\n") or out,
-    "prose": lambda good, out: out.write_text("This is not a checkpoint\n") or out,  # torch: IndexError
-    "empty": lambda good, out: out.write_bytes(b"") or out,
-    "truncated": lambda good, out: out.write_bytes(good.read_bytes()[: good.stat().st_size // 2]) or out,
+    "text": lambda good, out: written(out, "model: soft\nhidden_dim: 16\n"),
+    "prose": lambda good, out: written(out, "This is not a checkpoint\n"),  # torch: IndexError
+    "empty": lambda good, out: written(out, b""),
+    "truncated": lambda good, out: written(out, good.read_bytes()[: good.stat().st_size // 2]),
     "garbage_net_config": lambda good, out: mutated(good, out, set_config("{{{ not: yaml")),
     "net_config_not_a_mapping": lambda good, out: mutated(good, out, set_config("- 1\n- 2\n")),
     "unregistered_target": lambda good, out: mutated(
