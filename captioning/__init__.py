@@ -6,7 +6,7 @@
 
 Importing the package changes nothing in the process (no environment variables, no resolvers) and
 imports nothing heavy: the names below load on first use, and the entry points apply their process
-settings themselves (``captioning.cli.runtime``).
+settings themselves (``captioning.runtime``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import resource
 import sys
 from pathlib import Path
 
-from captioning.cli.runtime import configure_process
+from captioning.runtime import configure_process
 
 configure_process()  # as training and the CLIs do, before torch is imported
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from captioning.cli.runtime import configure_process
+from captioning.runtime import configure_process
 
-configure_process()  # as the entry points do, before torch is imported (captioning/cli/runtime.py)
+configure_process()  # as the entry points do, before torch is imported (captioning/runtime.py)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402

@@ -1,4 +1,4 @@
-"""captioning.cli.runtime: glibc keeps freed large tensors for reuse instead of unmapping them."""
+"""captioning.runtime: glibc keeps freed large tensors for reuse instead of unmapping them."""
 
 import os
 import subprocess
@@ -8,7 +8,7 @@ import psutil
 import pytest
 import torch
 
-from captioning.cli.runtime import keep_freed_memory
+from captioning.runtime import keep_freed_memory
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt")
 

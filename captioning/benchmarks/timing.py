@@ -9,7 +9,7 @@ import time
 import psutil
 import torch
 
-from captioning.cli.runtime import release_free_heap
+from captioning.runtime import release_free_heap
 
 
 class PeakMemory:

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from captioning.cli.runtime import configure_process
+from captioning.runtime import configure_process
 
 configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE offline unless set
 
@@ -61,6 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     from captioning import progress
 
     progress.set_quiet(args.quiet)  # set on every call: tests run several commands in one process
+    from captioning.cli.paths import problems
+
+    refused = problems(args)  # a misspelt file: one line at once, before torch loads in run()
+    for line in refused:
+        print(f"captioning {args.command}: error: {line}", file=sys.stderr)
+    if refused:
+        return 2
     try:
         return SUBCOMMANDS[args.command].run(args)
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT, no traceback

@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from captioning.cli.runtime import configure_process
+from captioning.runtime import configure_process
 
 configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE offline unless set
 
