@@ -10,7 +10,7 @@ overrides and composed config) and ``run.json`` (written when fit ends by the Ru
 checkpoint, its validation metrics, the train time). This script only reads those folders:
 
 * every job under SWEEP_DIR (any depth, e.g. several sweeps gathered in one folder) is found by its
-  ``.hydra/overrides.yaml``; a job without ``run.json`` did not finish and is listed as skipped;
+  ``.hydra/overrides.yaml``; a job without a finished ``run.json`` did not finish and is listed as left out;
 * the swept keys are the overrides whose values differ between jobs; the jobs are grouped by those other
   than ``seed`` (one key: its value is the configuration's name, e.g. ``soft``; several: ``k=v k=v``);
 * each job's best checkpoint is evaluated by ``captioning.inference.evaluation`` (the code behind
@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour scene_
 from scene_accuracy import measure as scene_measure  # noqa: E402
 
 from captioning import Captioner  # noqa: E402
-from captioning.cli.runtime import configure_process  # noqa: E402
 from captioning.inference.evaluation import build_source, evaluate_checkpoint, write_evaluation  # noqa: E402
 from captioning.metrics.coco import METRICS  # noqa: E402
+from captioning.runtime import configure_process  # noqa: E402
 
 MIN_SEEDS = 3  # the issue asks for >= 3 seeds so that a std means something
 SEED_KEY = "seed"
@@ -126,6 +126,14 @@ def parse_override(text: str) -> tuple[str, str]:
     return key.lstrip("+~"), value
 
 
+def finished_summary(path: Path) -> dict | None:
+    """run.json of a job whose fit ended (it is also written, unfinished, after every validation)."""
+    if not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if summary.get("finished", True) else None
+
+
 def find_jobs(sweep_dir: Path) -> list[dict]:
     """Every job folder under ``sweep_dir`` (one holding .hydra/overrides.yaml), in job-number order."""
     jobs = []
@@ -143,7 +151,7 @@ def find_jobs(sweep_dir: Path) -> list[dict]:
                 "choices": dict(OmegaConf.select(hydra_cfg, "runtime.choices", default={}) or {}),
                 "cwd": OmegaConf.select(hydra_cfg, "runtime.cwd", default=None),
                 "launcher": dict(OmegaConf.select(hydra_cfg, "launcher", default={}) or {}),
-                "summary": json.loads(summary_file.read_text()) if summary_file.is_file() else None,
+                "summary": finished_summary(summary_file),
             }
         )
     return sorted(jobs, key=lambda j: (j["num"] is None, j["num"] or 0, j["name"]))
@@ -294,7 +302,7 @@ def aggregate(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     args.swept = swept
     args.skipped_jobs = [job["name"] for job in jobs if job["summary"] is None]
     for name in args.skipped_jobs:
-        print(f"[compare] {name}: no run.json (the job did not finish): left out", file=sys.stderr)
+        print(f"[compare] {name}: the job did not finish (no finished run.json): left out", file=sys.stderr)
     launcher = next((job["launcher"] for job in jobs if job["launcher"]), {})
     args.launcher = str(launcher.get("_target_", "")).rsplit(".", 1)[-1]
     args.jobs = int(launcher.get("n_jobs") or 1) if "n_jobs" in launcher else 1
@@ -366,7 +374,7 @@ def markdown(rows: list[dict], summary: dict, args: argparse.Namespace) -> str:
             f"{args.jobs} runs trained at once by {args.launcher} (train times are under that load)."
         )
     if args.skipped_jobs:
-        lines.append(f"Left out (no run.json: not finished): {', '.join(args.skipped_jobs)}")
+        lines.append(f"Left out (not finished: no finished run.json): {', '.join(args.skipped_jobs)}")
     header = ["configuration", "runs", *[COLUMNS[c] for c in columns], "train time (min)", "trainable params"]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, stats in summary.items():
@@ -451,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.replot is not None:
         print(f"wrote {replot(args.replot)}")
         return 0
-    configure_process()  # as captioning-train does (captioning/cli/runtime.py)
+    configure_process()  # as captioning-train does (captioning/runtime.py)
     args.sweep_name = args.sweep_dir.as_posix()
     try:
         rows, labels = aggregate(args)

@@ -138,9 +138,10 @@ def fake_job(sweep: Path, num: int, overrides: list[str], cider: float | None, f
     (job / ".hydra" / "hydra.yaml").write_text(
         yaml.safe_dump({"hydra": {"job": {"num": num}, "runtime": {"choices": {"model/decoder": "soft"}}}})
     )
-    if not finished:
-        return
     checkpoint = job / "checkpoints" / "best.ckpt"
+    if not finished:  # stopped after a validation: run.json is there, unfinished
+        (job / "run.json").write_text(json.dumps({"checkpoint": str(checkpoint), "finished": False}))
+        return
     (job / "run.json").write_text(json.dumps({"checkpoint": str(checkpoint), "train_seconds": 60.0 + num}))
     settings = compare.eval_settings(compare.parse_args([str(sweep), *ARGV]))
     row = {
@@ -174,7 +175,7 @@ def test_jobs_are_grouped_by_the_swept_keys_other_than_seed(tmp_path, capsys):
     )
     out = tmp_path / "table"
     assert compare.main([str(sweep), "--out-dir", str(out), *ARGV]) == 0
-    assert "no run.json" in capsys.readouterr().err
+    assert "did not finish" in capsys.readouterr().err
 
     text = (out / "comparison.md").read_text()
     rows = table_rows(text)
@@ -185,7 +186,7 @@ def test_jobs_are_grouped_by_the_swept_keys_other_than_seed(tmp_path, capsys):
         assert rows[label]["train time (min)"].startswith("1.")
     assert len(per_run_rows(text)) == 12
     assert "Overrides of every job: `debug=tiny`" in text
-    assert f"Left out (no run.json: not finished): {num}" in text
+    assert f"Left out (not finished: no finished run.json): {num}" in text
     results = json.loads((out / "results.json").read_text())
     assert results[0]["checkpoint"] == os.path.relpath(sweep / "0" / "checkpoints" / "best.ckpt", out)
 

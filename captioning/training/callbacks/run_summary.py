@@ -8,13 +8,16 @@
      "best": {"epoch": 7, "step": 96, "metrics": {"val/CIDEr": 0.4123, "val/Bleu_4": ...}},
      "last": {...},                     # the last validation, the same fields
      "global_step": 96, "epochs": 8, "train_seconds": 812.4,
-     "params": {"total": ..., "trainable": ...}}
+     "params": {"total": ..., "trainable": ...}, "history": [...], "finished": true}
 
 ``best`` holds every ``val/*`` metric of the validation that produced the best checkpoint (the
 checkpoint callback keeps only the monitored value). With no validation (``limit_val_batches=0``,
 ``max_steps`` before the first) the checkpoint is last.ckpt, as ``captioning-train`` prints, and ``best``
-is null. Written by global rank 0 only, to a temp file renamed over the old one. A run stopped by a
-signal or an error writes none: a job without run.json did not finish.
+is null. ``finished`` is true only once fit has ended: the file is also written after every validation
+(``finished: false``), so a run stopped by a signal or a time limit and resumed with ``ckpt_path=last``
+reads its ``history`` back (and adds its train time), and its best still comes with its metrics. A job
+whose run.json is missing or unfinished did not finish. Written by global rank 0 only, to a temp file
+renamed over the old one.
 """
 
 from __future__ import annotations
@@ -45,9 +48,22 @@ class RunSummary(pl.Callback):
         self.path = Path(path)
         self.history: list[dict[str, Any]] = []  # one entry per validation: epoch, step, val/* metrics
         self._start = 0.0
+        self._earlier_seconds = 0.0
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = time.perf_counter()
+        self._earlier_seconds = 0.0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.ckpt_path and self.path.is_file():  # resumed: the validations and time before it count
+            try:
+                earlier = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                return
+            # The step is restored by now (not yet in on_fit_start); validations after it are not kept.
+            step = trainer.global_step
+            self.history = [h for h in earlier.get("history") or [] if h.get("step", 0) <= step]
+            self._earlier_seconds = float(earlier.get("train_seconds") or 0.0)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -58,8 +74,12 @@ class RunSummary(pl.Callback):
             if key.startswith("val/") and value is not None
         }
         self.history.append({"epoch": trainer.current_epoch, "step": trainer.global_step, "metrics": metrics})
+        self._write(trainer, pl_module, finished=False)  # what a resumed run reads back
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._write(trainer, pl_module, finished=True)
+
+    def _write(self, trainer: pl.Trainer, pl_module: pl.LightningModule, finished: bool) -> None:
         if not trainer.is_global_zero:
             return
         ranking = next(
@@ -86,11 +106,13 @@ class RunSummary(pl.Callback):
             "last": self.history[-1] if self.history else None,
             "global_step": trainer.global_step,
             "epochs": trainer.current_epoch,
-            "train_seconds": time.perf_counter() - self._start,
+            "train_seconds": self._earlier_seconds + time.perf_counter() - self._start,
             "params": {
                 "total": sum(p.numel() for p in pl_module.parameters()),
                 "trainable": sum(p.numel() for p in pl_module.parameters() if p.requires_grad),
             },
+            "history": self.history,  # every validation, so that a resumed run still knows the best one
+            "finished": finished,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
