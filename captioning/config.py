@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")  # captioning/conf/, shipped inside the package
+CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")  # captioning/conf/, shipped inside the package
 
 
 def compose_config(config_name: str, overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:

@@ -24,13 +24,13 @@ import numpy as np
 import torch
 
 from captioning.checkpoints.ensemble import load_captioners
+from captioning.config import compose_config
 from captioning.data.tokenize import tokenize
 from captioning.decoding import GenerationConfig
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
 from captioning.inference.evaluation import build_memory, build_source, frozen_feature_cache, model_inputs
 from captioning.inference.tuning import SplitScorer, held_out, score_setting
 from captioning.metrics.cider import CiderD
-from captioning.training.config import compose_config
 
 
 def main() -> None:

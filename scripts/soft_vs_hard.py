@@ -29,10 +29,10 @@ matplotlib.use("Agg")  # files only
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from captioning.config import compose_config  # noqa: E402
 from captioning.inference.evaluation import build_source  # noqa: E402
 from captioning.metrics.bootstrap import ImageStats, image_stats, mean_ci, paired_bootstrap, pooled  # noqa: E402
 from captioning.metrics.coco import tokenize_captions  # noqa: E402
-from captioning.training.config import compose_config  # noqa: E402
 
 METRICS = {"Bleu_4": "BLEU-4", "CIDEr": "CIDEr-D"}
 

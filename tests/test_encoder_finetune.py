@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from captioning.checkpoints.load import load_captioner
+from captioning.config import compose_config
 from captioning.data.datamodule import CaptionDataModule
 from captioning.data.features import FeatureCache
 from captioning.data.images import image_to_tensor
@@ -15,7 +16,6 @@ from captioning.data.sources import SyntheticSource
 from captioning.data.vocab import Vocab
 from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN, TorchvisionEncoder
 from captioning.training.build import build_model
-from captioning.training.config import compose_config
 from captioning.training.train import train
 
 FAMILIES = {  # name -> factory(**training options); random weights, tiny where the family allows

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from captioning.checkpoints.load import load_captioner
+from captioning.config import compose_config
 from captioning.data.features import FeatureCache
 from captioning.data.images import image_to_tensor
 from captioning.data.readers import read_flickr8k
@@ -16,7 +17,6 @@ from captioning.data.sources import RecordSource, SyntheticSource
 from captioning.inference.captioner import Captioner
 from captioning.inference.evaluation import decode_source
 from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN
-from captioning.training.config import compose_config
 from captioning.training.preflight import check_model_config
 from captioning.training.train import train
 

@@ -297,9 +297,9 @@ def test_flickr8k_split_test_is_an_error_naming_the_lists_found_or_the_real_test
     tmp_path: Path,
 ) -> None:
     """split=test never scores the dev images under another name (the evaluate trap)."""
+    from captioning.config import compose_config
     from captioning.data.sources import MissingSplit, RecordSource, flickr8k_split
     from captioning.inference.evaluation import build_source
-    from captioning.training.config import compose_config
 
     root = _flickr(tmp_path)
     cfg, _ = compose_config("eval", ["data=flickr8k", f"paths.flickr8k={root}", "split=test"])

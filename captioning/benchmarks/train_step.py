@@ -15,10 +15,10 @@ import torch
 
 from captioning.benchmarks.reference import ReferenceSoftLSTM
 from captioning.benchmarks.timing import PeakMemory, timed, timed_pairs
+from captioning.config import compose_config
 from captioning.losses import caption_loss
 from captioning.models.decoders.base import shift_inputs
 from captioning.training.build import net_config
-from captioning.training.config import compose_config
 
 
 def build_decoder(name: str, args) -> tuple[torch.nn.Module, Callable[..., torch.optim.Optimizer]]:

@@ -74,8 +74,8 @@ def infer_data(checkpoints: list[Path]) -> str:
     """The data config to score ``checkpoints`` on when no data= is given (``trained_data`` of the first,
     an ensemble's members share the vocabulary); a ValueError naming the data configs otherwise."""
     from captioning.checkpoints.load import read_weights_and_meta
+    from captioning.config import CONFIG_DIR
     from captioning.inference.evaluation import trained_data
-    from captioning.training.config import CONFIG_DIR
 
     available = sorted(p.stem for p in (Path(CONFIG_DIR) / "data").glob("*.yaml"))
     _, meta = read_weights_and_meta(checkpoints[0])
@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     import hydra
     from omegaconf import OmegaConf
 
+    from captioning.config import compose_config
     from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import (
         build_source,
@@ -107,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
         format_evaluation,
         write_evaluation,
     )
-    from captioning.training.config import compose_config
     from captioning.training.validate import check_eval_config
 
     try:

@@ -39,9 +39,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import load_captioner
+    from captioning.config import compose_config
     from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import build_memory, build_source, frozen_feature_cache
-    from captioning.training.config import compose_config
     from captioning.training.validate import check_eval_config
     from captioning.writes import MEMORY, output
 

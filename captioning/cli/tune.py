@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning import progress
     from captioning.checkpoints.defaults import write_decoding_defaults
     from captioning.checkpoints.ensemble import load_captioners, members_label, members_stem
+    from captioning.config import compose_config
     from captioning.data.features import FeatureCache
     from captioning.decoding.captions import NonFiniteScores
     from captioning.decoding.config import GenerationConfig, check_option
@@ -106,7 +107,6 @@ def run(args: argparse.Namespace) -> int:
     from captioning.inference.evaluation import build_source, decode_source
     from captioning.inference.tuning import SplitScorer, best, grid, held_out, score_setting
     from captioning.models.attention.hard import HardAttention
-    from captioning.training.config import compose_config
     from captioning.training.validate import check_eval_config
 
     label = members_label(args.checkpoint)  # one file, or the ensemble's members

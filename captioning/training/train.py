@@ -24,9 +24,9 @@ from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from captioning.checkpoints.save import remove_orphan_temps  # noqa: E402
+from captioning.config import CONFIG_DIR  # noqa: E402
 from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
-from captioning.training.config import CONFIG_DIR  # noqa: E402
 from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
 from captioning.training.resume import (  # noqa: E402
     averages_weights,
@@ -180,7 +180,7 @@ def unknown_key_message(err: Exception, overrides: list[str]) -> str | None:
     if not match:
         return None
     wrong = match.group(1)
-    from captioning.training.config import compose_config
+    from captioning.config import compose_config
 
     try:
         cfg, _ = compose_config("train", [a for a in overrides if a.split("=", 1)[0].lstrip("+~") != wrong])
@@ -218,7 +218,7 @@ def cli() -> None:
                 )
                 sys.exit(2)
     if not any(a.startswith("-") for a in args):
-        from captioning.training.config import compose_config
+        from captioning.config import compose_config
 
         # hydra.* overrides configure the run itself, not the config: Hydra checks those; but a config
         # search path changes what composes (a user's own config folder), so it is kept
