@@ -23,7 +23,6 @@ from pathlib import Path
 
 ENV = "CAPTIONING_MODELS"
 CACHE = Path("~/.cache/captioning/models")
-CHECKPOINT_SUFFIXES = (".ckpt", ".safetensors")
 
 
 @dataclass(frozen=True)
@@ -169,14 +168,11 @@ def resolve(name: str) -> Path:
 
 
 def looks_like_name(text: str) -> bool:
-    """True for text meant as a model name rather than a file: no folder separator, no checkpoint suffix,
-    and no file of that name here."""
-    return (
-        "/" not in text
-        and os.sep not in text
-        and not text.endswith(CHECKPOINT_SUFFIXES)
-        and not Path(text).exists()
-    )
+    """True for text meant as a model name rather than a file: no folder separator, no dot (a zoo name has
+    none, a file name has a suffix: ``last.ckpt``, ``model.pt``), and no file of that name here. Anything
+    else is a path, whose problems are the file's (a missing file is named with the nearest entries of
+    its folder: captioning/cli/paths.py)."""
+    return "/" not in text and os.sep not in text and "." not in text and not Path(text).exists()
 
 
 def checkpoint_path(text: str) -> Path:

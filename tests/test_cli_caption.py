@@ -137,3 +137,78 @@ def test_caption_notes_once_that_a_synthetic_model_captions_photos(tmp_path, sce
     out, err = capsys.readouterr()
     assert len(out.strip().splitlines()) == 2
     assert err.count("trained on synthetic scenes") == 1 and err.startswith("note: ")
+
+
+# ------------------------------------------------------------------ file arguments checked before torch
+
+MISSPELT = (
+    "import sys\n"
+    "from captioning.cli.main import main\n"
+    "status = main(sys.argv[1:])\n"
+    "print(status, 'torch' in sys.modules)\n"
+)
+
+
+def run_before_torch(cwd, *argv):
+    """``captioning ARGV`` in a fresh interpreter: its exit status, whether torch was imported, its stderr."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", MISSPELT, *argv], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    status, torch_loaded = proc.stdout.split()
+    return int(status), torch_loaded == "True", proc.stderr
+
+
+@pytest.mark.parametrize("command", ["caption", "evaluate", "tune", "memory", "export"])
+def test_a_misspelt_checkpoint_is_one_line_with_the_nearest_name_before_torch_is_imported(tmp_path, command):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "best.ckpt").write_bytes(b"not read")
+    Image.new("RGB", (8, 8)).save(tmp_path / "photo.png")
+    argv = {
+        "caption": ["caption", "photo.png", "--checkpoint", "run/bets.ckpt"],
+        "evaluate": ["evaluate", "--checkpoint", "run/bets.ckpt", "data=synthetic"],
+        "tune": ["tune", "--checkpoint", "run/bets.ckpt"],
+        "memory": ["memory", "--checkpoint", "run/bets.ckpt", "--out", "m.safetensors"],
+        "export": ["export", "run/bets.ckpt", "out.safetensors"],
+    }[command]
+    status, torch_loaded, err = run_before_torch(tmp_path, *argv)
+    assert (status, torch_loaded) == (2, False)
+    assert err == (
+        f"captioning {command}: error: run/bets.ckpt: no such checkpoint file; did you mean run/best.ckpt?\n"
+    )
+
+
+def test_a_misspelt_folder_a_folder_and_missing_images_are_named_before_torch_is_imported(tmp_path):
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    status, torch_loaded, err = run_before_torch(
+        tmp_path, "caption", "x.png", "--checkpoint", "rusn/a/b.ckpt"
+    )
+    assert (status, torch_loaded) == (2, False)
+    assert "rusn/a/b.ckpt: no such checkpoint file; did you mean runs/a/b.ckpt?" in err
+    status, torch_loaded, err = run_before_torch(tmp_path, "caption", "x.png", "--checkpoint", "runs/a")
+    assert (status, torch_loaded) == (2, False)
+    assert err.splitlines() == [  # every file argument named, each on its line
+        "captioning caption: error: runs/a: is a folder, not a checkpoint file",
+        "captioning caption: error: x.png: no such image file or folder",
+    ]
+    (tmp_path / "model.ckpt").write_bytes(b"x")
+    (tmp_path / "photo.png").write_bytes(b"x")
+    status, torch_loaded, err = run_before_torch(
+        tmp_path, "caption", "phoot.png", "--checkpoint", "model.ckpt"
+    )
+    assert (status, torch_loaded) == (2, False)
+    assert (
+        err == "captioning caption: error: phoot.png: no such image file or folder; did you mean photo.png?\n"
+    )
+
+
+def test_one_missing_image_among_good_ones_is_still_reported_beside_their_captions(
+    tiny_checkpoint, scene_files, capsys
+):
+    missing = scene_files[0].with_name("scene9.png")
+    assert main(["caption", str(scene_files[0]), str(missing), "--checkpoint", tiny_checkpoint]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{scene_files[0]}\t")
+    assert f"{missing}: no such image file" in err
