@@ -1,38 +1,35 @@
 """Errors that are a user's mistake: the entry points report them as one line on stderr, exit status 2.
 
-A wrong config value, data file, checkpoint or path raises one of :func:`user_errors`; Hydra wraps what
-a ``_target_`` raises in an ``InstantiationException`` whose text spans lines ("Error in call to target
-...", "full_key: ..."), so :func:`one_line` reports the original error with the config key it came from.
-Anything else is a bug and keeps its traceback.
+A wrong config value, data file, checkpoint or path raises one of :func:`user_errors` (the project's own
+types subclass :class:`UserError`); Hydra wraps what a ``_target_`` raises in an ``InstantiationException``
+whose text spans lines ("Error in call to target ...", "full_key: ..."), so :func:`one_line` reports the
+original error with the config key it came from. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 
+class UserError(Exception):
+    """Base of the project's own user-error types (a bad checkpoint, data file, image, config value, resume
+    point, a non-finite loss or weights, a checkpoint that could not be written): each subclasses its
+    builtin kind (``ValueError``, ``OSError``, ...) and this, so this module lists them without importing
+    the modules that raise them."""
+
+
+class ConfigError(ValueError, UserError):
+    """One or more config values that cannot work, each named with the expected value."""
+
+
 def user_errors() -> tuple[type[BaseException], ...]:
-    """The project's own error types, plus the config and file errors a user's input can cause."""
+    """The project's own error types (:class:`UserError`), plus the config and file errors a user's input
+    can cause."""
     from hydra.errors import HydraException
     from lightning_fabric.utilities.exceptions import MisconfigurationException
     from omegaconf.errors import OmegaConfBaseException
 
-    from captioning.checkpoints.load import CheckpointError
-    from captioning.checkpoints.save import CheckpointWriteError, NonFiniteWeightsError
-    from captioning.data.images import ImageError
-    from captioning.data.readers import DatasetError
-    from captioning.training.callbacks.finite_loss import NonFiniteLossError
-    from captioning.training.resume import ResumeError
-    from captioning.training.validate import ConfigError
-
     return (
         MisconfigurationException,  # Lightning's word for a trainer setting it cannot use (accelerator=gpu)
-        ConfigError,
-        DatasetError,
-        ImageError,
-        CheckpointError,
-        ResumeError,
-        NonFiniteLossError,
-        NonFiniteWeightsError,
-        CheckpointWriteError,
+        UserError,
         FileNotFoundError,
         PermissionError,
         HydraException,

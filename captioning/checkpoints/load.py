@@ -29,6 +29,7 @@ from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
+from captioning.errors import UserError
 from captioning.models.captioner import CaptionModel
 from captioning.models.registry import MODEL_CLASSES, SIZE_BOUNDS, bad_sizes, canonical_name, size_problem
 from captioning.writes import EXPORT_FORMAT
@@ -37,7 +38,7 @@ FORMAT = EXPORT_FORMAT
 MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header starting with "{"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(ValueError, UserError):
     """A file that cannot be used as a captioning checkpoint, with the path and the reason (one line)."""
 
     def __init__(self, message: object):

@@ -33,6 +33,8 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
+from captioning.errors import UserError
+
 _log = logging.getLogger(__name__)
 
 TEMP_SUFFIX = ".tmp"
@@ -97,11 +99,11 @@ def remove_orphan_temps(folder: str | Path) -> list[Path]:
     return removed
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(OSError, UserError):
     """A checkpoint that could not be written (a full disk, a read-only folder), naming the file."""
 
 
-class NonFiniteWeightsError(RuntimeError):
+class NonFiniteWeightsError(RuntimeError, UserError):
     """Weights with NaN/inf: never written as a checkpoint, so no file on disk is ever called good wrongly."""
 
 

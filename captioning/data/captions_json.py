@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from captioning.data.readers import ImageRecord, read_coco
-from captioning.training.validate import ConfigError
+from captioning.errors import ConfigError
 
 EXAMPLE = (
     "captioning-train experiment=own_data paths.train_json=my/train.json paths.val_json=my/val.json "

@@ -18,6 +18,8 @@ import torch
 from PIL import Image, ImageOps
 from torchvision.transforms import functional as TF
 
+from captioning.errors import UserError
+
 _log = logging.getLogger(__name__)
 
 # Refuse decompression bombs before allocating: 20000×20000 RGB would be 1.2 GB.
@@ -28,7 +30,7 @@ MAX_PIXELS = 40_000_000
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError, KeyError, TypeError)
 
 
-class ImageError(ValueError):
+class ImageError(ValueError, UserError):
     """An image file that cannot be used, with its path and the reason."""
 
 

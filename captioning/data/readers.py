@@ -24,6 +24,7 @@ from pycocotools.coco import COCO
 
 from captioning.data.files import read_utf8_text
 from captioning.data.tokenize import tokenize
+from captioning.errors import UserError
 
 _log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ FLICKR8K_TOKEN_FILE = "Flickr8k.token.txt"
 FLICKR8K_IMAGE_DIR = "Flicker8k_Dataset"  # sic: the original distribution misspells it
 
 
-class DatasetError(ValueError):
+class DatasetError(ValueError, UserError):
     """A dataset file is malformed or inconsistent with the images on disk."""
 
 

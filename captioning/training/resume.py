@@ -23,12 +23,13 @@ from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import read_checkpoint
 from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import vocabulary_difference
+from captioning.errors import UserError
 from captioning.models.registry import MODEL_CLASSES, canonical_name
 
 LAST = "last"
 
 
-class ResumeError(ValueError):
+class ResumeError(ValueError, UserError):
     """The checkpoint to resume from is missing or does not belong to this run's data/config."""
 
 

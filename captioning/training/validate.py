@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from captioning.data.files import folder_problem
 from captioning.data.vocab import SPECIALS
 from captioning.decoding.config import GenerationConfig
+from captioning.errors import ConfigError  # noqa: F401 - where the checks' callers import it from
 from captioning.metrics.names import METRICS, SCENE_METRICS
 from captioning.models.registry import bad_sizes
 from captioning.training.typecheck import type_problems
@@ -45,10 +46,6 @@ EVAL_KEYS = frozenset(
         "hydra",
     }
 )
-
-
-class ConfigError(ValueError):
-    """One or more config values that cannot work, each named with the expected value."""
 
 
 def _is_int(v: Any) -> bool:

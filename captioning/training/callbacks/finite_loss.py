@@ -15,8 +15,10 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch import Tensor
 
+from captioning.errors import UserError
 
-class NonFiniteLossError(RuntimeError):
+
+class NonFiniteLossError(RuntimeError, UserError):
     """The training loss became NaN or infinite; the message names the step and the last checkpoint."""
 
 
