@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from captioning.data.vocab import Vocab
-from captioning.models.attention.hard import per_token_mean
+from captioning.models.attention.base import per_token_mean
 from captioning.models.decoders.base import Decoder, DecoderOutput
 
 

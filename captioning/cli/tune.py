@@ -103,10 +103,10 @@ def run(args: argparse.Namespace) -> int:
     from captioning.data.features import FeatureCache
     from captioning.decoding.captions import NonFiniteScores
     from captioning.decoding.config import GenerationConfig, check_option
+    from captioning.decoding.search import hard_attention_layers
     from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import build_source, decode_source
     from captioning.inference.tuning import SplitScorer, best, grid, held_out, score_setting
-    from captioning.models.attention.hard import HardAttention
     from captioning.training.validate import check_eval_config
 
     label = members_label(args.checkpoint)  # one file, or the ensemble's members
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         if len(source) < 2:  # the choice is checked on a held-out half: each half needs an image
             raise ValueError(f"the {cfg.split} split has {len(source)} image(s); tuning needs at least 2")
         model = load_captioners(args.checkpoint)
-        if args.hard_attention and not any(isinstance(m, HardAttention) for m in model.net.decoder.modules()):
+        if args.hard_attention and not hard_attention_layers(model.net.decoder):
             raise ValueError(
                 f"--hard-attention: {label} has no hard attention to decode either way (soft "
                 "attention reads the expected context already)"

@@ -25,6 +25,7 @@ from torch import Tensor
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
 from captioning.decoding.processors import processed_log_probs, warp
+from captioning.models.attention.base import AttentionLayer
 from captioning.models.decoders.base import Decoder
 
 
@@ -74,15 +75,15 @@ def _hard_attention_context(decoder: Decoder, context: str) -> contextlib.Abstra
     Every hard-attention layer of the decoder is switched, so an ensemble's hard members are too."""
     stack = contextlib.ExitStack()
     for layer in hard_attention_layers(decoder):
-        stack.enter_context(layer.expected_context(context == "expected"))
+        stack.enter_context(layer.inference_context(context))
     return stack
 
 
 def hard_attention_layers(decoder: Decoder) -> list:
-    """The decoder's attention layers that choose one cell and can read the expected context instead
-    (each offers ``expected_context``): the layers the ``hard_attention`` option acts on. Empty for soft
-    attention, where the option would change nothing."""
-    return [m for m in decoder.modules() if callable(getattr(m, "expected_context", None))]
+    """The decoder's attention layers that declare ``inference_contexts`` (hard attention: one cell, or the
+    expected context instead): the layers the ``hard_attention`` option acts on. Empty for soft attention,
+    where the option would change nothing."""
+    return [m for m in decoder.modules() if isinstance(m, AttentionLayer) and m.inference_contexts]
 
 
 def _search(

@@ -11,6 +11,7 @@ step reads them once per image. K = 1 in training. ``per_image`` and ``attend`` 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -45,11 +46,39 @@ class CellRewards:
 
 
 class AttentionLayer(nn.Module):
+    """The interface decoders, decoding and tuning use. What a layer can do is declared by the capabilities
+    below (defaults: a deterministic soft layer), which the generic code asks instead of testing classes,
+    so a new layer needs no change elsewhere."""
+
     feature_dim: int
     query_dim: int
+    # Chooses locations at random in training (hard attention): its outputs carry ``log_prob`` / ``entropy``
+    # and ``auxiliary_loss`` trains the choice.
+    stochastic: bool = False
+    # The ``hard_attention=`` decoding values (GenerationConfig) the layer reads in eval mode, entered with
+    # ``inference_context``; empty: the option does not apply to it (soft attention is the expectation).
+    inference_contexts: tuple[str, ...] = ()
     # True while the layer wants r_t(i) = log p(y_t | s_t = i, s_{<t}) for some cells i passed to
-    # ``auxiliary_loss`` as ``cells`` (REINFORCE with credit="exact_step"); the decoder computes them.
+    # ``auxiliary_loss`` as ``cells`` (REINFORCE with credit="exact_step"); the decoder computes them for
+    # the cells ``cells_to_rescore`` names.
     needs_cell_rewards: bool = False
+
+    @property
+    def samples_per_step(self) -> int:
+        """K attention samples per caption in training (the decoder decodes every caption K times, in
+        adjacent rows); 1 for deterministic layers."""
+        return 1
+
+    def inference_context(self, name: str) -> contextlib.AbstractContextManager:
+        """Within the block, eval-mode passes read the context ``name`` (one of ``inference_contexts``)."""
+        return contextlib.nullcontext()
+
+    def start_training_batch(self) -> None:
+        """Per-batch state (a semi-sampling coin, an annealed temperature); nothing by default."""
+
+    def cells_to_rescore(self, alphas: Tensor, chosen: Tensor) -> Tensor:
+        """(B, T, C) cells whose r_t(i) the layer wants while ``needs_cell_rewards``, the sampled one last."""
+        raise NotImplementedError(f"{type(self).__name__} asks for no cell rewards")
 
     def precompute(self, features: Tensor) -> Tensor:
         """Per-image keys, computed once; ``features`` (B, L, D)."""
@@ -108,3 +137,8 @@ def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
 def entropy_of(alphas: Tensor) -> Tensor:
     """H[α] = -Σ_i α_i log α_i over the last dim, with 0·log 0 = 0."""
     return -(alphas * torch.log(alphas.clamp_min(1e-12))).sum(-1)
+
+
+def per_token_mean(values: Tensor, token_mask: Tensor) -> Tensor:
+    """Σ_{b,t} values·mask / Σ mask: the same normalisation as the cross-entropy (per target token)."""
+    return (values * token_mask).sum() / token_mask.sum().clamp_min(1.0)

@@ -14,8 +14,9 @@ from captioning.models.attention.base import (
     AttentionOutput,
     CellRewards,
     masked_softmax,
+    per_token_mean,
 )
-from captioning.models.attention.hard import HardAttention, per_token_mean
+from captioning.models.attention.hard import HardAttention
 
 
 class GumbelHardAttention(HardAttention):

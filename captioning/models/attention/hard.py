@@ -36,6 +36,7 @@ from captioning.models.attention.base import (
     attend,
     entropy_of,
     masked_softmax,
+    per_token_mean,  # noqa: F401 - re-exported (it lived here)
     rows_mask,
 )
 from captioning.models.attention.soft import AdditiveAttention
@@ -48,13 +49,11 @@ def masked_log_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
     return torch.log_softmax(scores, dim=-1)
 
 
-def per_token_mean(values: Tensor, token_mask: Tensor) -> Tensor:
-    """Σ_{b,t} values·mask / Σ mask: the same normalisation as the cross-entropy (per target token)."""
-    return (values * token_mask).sum() / token_mask.sum().clamp_min(1.0)
-
-
 class HardAttention(AdditiveAttention):
     """Shared parts: choosing one location and building the one-hot output."""
+
+    stochastic = True
+    inference_contexts = ("cell", "expected")  # GenerationConfig.hard_attention
 
     def __init__(
         self, feature_dim: int, query_dim: int, attention_dim: int = 512, sample_at_inference: bool = False
@@ -104,6 +103,10 @@ class HardAttention(AdditiveAttention):
             yield
         finally:
             self._expected = before
+
+    def inference_context(self, name: str) -> contextlib.AbstractContextManager:
+        """``"expected"``: ``expected_context()``; ``"cell"``: one cell (``expected_context(False)``)."""
+        return self.expected_context(name == "expected")
 
     def inference_output(self, alphas: Tensor, log_alphas: Tensor, features: Tensor) -> AttentionOutput:
         """The eval-mode output: the expected context (``expected_context``) or the chosen cell."""

@@ -15,6 +15,7 @@ from captioning.models.attention.base import (
     CellRewards,
     attend,
     entropy_of,
+    per_token_mean,
 )
 from captioning.models.attention.estimators import (
     exact_step_pathwise,
@@ -24,7 +25,7 @@ from captioning.models.attention.estimators import (
     reward_to_go,
     score_function_surrogate,
 )
-from captioning.models.attention.hard import HardAttention, per_token_mean
+from captioning.models.attention.hard import HardAttention
 
 BASELINES = ("none", "moving_average", "length_scaled", "leave_one_out", "learned")
 CREDITS = ("caption", "remaining", "exact_step")
@@ -181,6 +182,10 @@ class ReinforceHardAttention(HardAttention):
             return start
         done = min(max(int(self.step) - 1 - delay, 0) / self.anneal_steps, 1.0)  # this batch's place in it
         return start + (final - start) * done
+
+    @property
+    def samples_per_step(self) -> int:  # K = num_samples attention samples per caption in training
+        return self.num_samples
 
     @property
     def needs_cell_rewards(self) -> bool:  # only sampled training batches run an estimator

@@ -141,11 +141,11 @@ class LSTMDecoder(Decoder):
     def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
         """Teacher forcing: ``tokens`` (B, T) are the inputs <start> w_1 .. w_{T-1}.
 
-        A stochastic attention layer with ``num_samples`` K > 1 (several attention samples per caption,
+        A stochastic attention layer with ``samples_per_step`` K > 1 (several attention samples per caption,
         e.g. for a leave-one-out baseline) makes training decode every row K times, the K copies of a
         caption in adjacent rows: the output then has B·K rows and ``caption_loss`` repeats the targets.
         """
-        k = getattr(self.attention, "num_samples", 1) if self.training else 1
+        k = self.attention.samples_per_step if self.training else 1
         if k > 1:
             features = features.repeat_interleave(k, dim=0)  # (B·K, L, D)
             tokens = tokens.repeat_interleave(k, dim=0)  # (B·K, T)
@@ -190,9 +190,7 @@ class LSTMDecoder(Decoder):
 
     def start_training_batch(self) -> None:
         """Per-batch state of the attention layer (the semi-sampling coin, the Gumbel temperature)."""
-        start = getattr(self.attention, "start_training_batch", None)
-        if start is not None:
-            start()
+        self.attention.start_training_batch()
 
     def cell_log_likelihoods(self, aux: dict[str, Tensor], targets: Tensor, index: Tensor) -> Tensor:
         """(B, T, C) r_t(i) = log p(y_t | s_t = i, s_{<t}) for the cells ``index`` (B, T, C): step t rerun
