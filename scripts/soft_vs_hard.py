@@ -3,8 +3,10 @@
     python scripts/soft_vs_hard.py outputs/compare/flickr8k_scratch --data flickr8k \\
         --baseline flickr8k_soft --out docs/results/flickr8k/soft_vs_hard
 
-Reads the runs a comparison left (``RUNS/runs/<label>-seed<k>/results.json``, as ``scripts/compare.py``
-writes them: one caption per dev image), scores every run against the split's references, and writes
+Reads the captions of every run a sweep aggregated by ``scripts/compare.py`` left (one caption per dev
+image: ``JOB/compare/<split>-beam<k>/results.json`` with the job's label and seed in row.json beside it; or
+the older ``RUNS/runs/<label>-seed<k>/results.json``), scores every run against the split's references,
+and writes
 ``report.md``, ``report.json`` and ``seeds.png`` to ``--out``:
 - per configuration: BLEU-4 and CIDEr-D, mean ± sample std over seeds with the 95% t interval of the mean,
   on the whole split and on its two halves (even / odd positions of the sorted image ids), so a decoding
@@ -39,7 +41,9 @@ METRICS = {"Bleu_4": "BLEU-4", "CIDEr": "CIDEr-D"}
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", type=Path, help="a comparison's output folder (holds runs/<label>-seed<k>/)")
+    p.add_argument(
+        "runs", type=Path, help="a sweep folder aggregated by scripts/compare.py (or an older runs/ folder)"
+    )
     p.add_argument("--data", default="flickr8k", help="data config of the references (default: %(default)s)")
     p.add_argument("--split", default="val", choices=("val", "test"))
     p.add_argument("--baseline", default="flickr8k_soft", help="the label the others are compared with")
@@ -53,12 +57,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def find_runs(root: Path) -> tuple[dict[str, dict[int, Path]], list[str]]:
-    """label -> seed -> results.json, and the run folders that have none (failed or unfinished)."""
+    """label -> seed -> results.json (one caption per image), and the runs that have none.
+
+    Two layouts: a sweep aggregated by ``scripts/compare.py`` (``JOB/compare/<split>-beam<k>/row.json``
+    names the job's label and seed, results.json beside it; a job folder with ``.hydra/`` but no row.json is
+    unfinished) and the older ``runs/<label>-seed<k>/results.json``."""
     runs: dict[str, dict[int, Path]] = {}
-    missing = []
+    missing: list[str] = []
+    if not root.is_dir():
+        raise SystemExit(f"error: {root} is not a folder: expected a sweep or a comparison folder")
+    for row_file in sorted(root.rglob("compare/*/row.json")):
+        row = json.loads(row_file.read_text())
+        results = row_file.with_name("results.json")
+        if results.is_file():
+            runs.setdefault(str(row["label"]), {})[int(row["seed"])] = results
+    if runs:
+        evaluated = {p.parent.parent.parent for p in root.rglob("compare/*/row.json")}
+        missing = sorted(
+            str(j.parent.relative_to(root)) for j in root.rglob(".hydra") if j.parent not in evaluated
+        )
+        return runs, missing
     folder = root / "runs"
     if not folder.is_dir():
-        raise SystemExit(f"error: {folder} does not exist: expected a comparison folder holding runs/")
+        raise SystemExit(
+            f"error: no compare/*/row.json under {root} and no {folder}: run scripts/compare.py first"
+        )
     for run in sorted(folder.iterdir()):
         label, sep, seed = run.name.rpartition("-seed")
         if not sep or not seed.isdigit():

@@ -66,9 +66,35 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
 
 
 def test_missing_baseline_and_empty_folder_are_one_line(tmp_path, refs):
-    with pytest.raises(SystemExit, match="runs/"):
+    with pytest.raises(SystemExit, match="run scripts/compare.py first"):
         soft_vs_hard.main([str(tmp_path), "--out", str(tmp_path / "o")])
     write_run(tmp_path, "hard-seed0", {k: "a" for k in refs})
     with pytest.raises(SystemExit, match="--baseline 'soft' has no finished run"):
         soft_vs_hard.main([str(tmp_path), "--data", "synthetic", "--baseline", "soft", "--tokenizer", "simple",
                            "--out", str(tmp_path / "o"), f"data.val.num_images={N}"])  # fmt: skip
+
+
+def test_a_sweep_aggregated_by_compare_is_read_by_its_rows(tmp_path, refs):
+    """The sweep layout: JOB/compare/<split>-beam<k>/{row.json, results.json}; a job without is unfinished."""
+    sweep = tmp_path / "sweep"
+    for job, (label, seed, words) in enumerate(
+        [("soft", 0, 9), ("soft", 1, 9), ("hard", 0, 3), ("hard", 1, 3)]
+    ):
+        out = sweep / str(job) / "compare" / "val-beam3"
+        out.mkdir(parents=True)
+        (sweep / str(job) / ".hydra").mkdir()
+        (out / "row.json").write_text(json.dumps({"label": label, "seed": seed}))
+        captions = {k: " ".join(refs[k][seed].split()[:words]) for k in refs}
+        (out / "results.json").write_text(
+            json.dumps([{"image_id": k, "caption": c} for k, c in captions.items()])
+        )
+    (sweep / "4" / ".hydra").mkdir(parents=True)  # a job that never finished
+    runs, missing = soft_vs_hard.find_runs(sweep)
+    assert {label: sorted(seeds) for label, seeds in runs.items()} == {"soft": [0, 1], "hard": [0, 1]}
+    assert missing == ["4"]
+    out = tmp_path / "out"
+    assert soft_vs_hard.main([str(sweep), "--data", "synthetic", "--baseline", "soft", "--tokenizer", "simple",
+                              "--resamples", "100", "--out", str(out), f"data.val.num_images={N}"]) == 0  # fmt: skip
+    report = json.loads((out / "report.json").read_text())
+    assert report["failed_or_unfinished"] == ["4"]
+    assert report["configs"]["hard"]["vs_baseline"]["all"]["CIDEr"]["delta"] < 0
