@@ -111,6 +111,23 @@ def test_export_has_no_optimizer_state_and_captions_identically(ckpt, scene_png,
     assert load_captioner(out).decoding == load_captioner(ckpt).decoding
 
 
+def test_export_takes_checkpoint_like_every_command_and_the_positional_form_too(ckpt, tmp_path, capsys):
+    flagged, positional = tmp_path / "flag.safetensors", tmp_path / "positional.safetensors"
+    assert main(["export", "--checkpoint", str(ckpt), str(flagged)]) == 0
+    assert main(["export", str(ckpt), str(positional)]) == 0
+    from safetensors.torch import load_file
+
+    a, b = load_file(flagged), load_file(positional)  # the same tensors (the header records the time)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ckpt), str(ckpt), str(tmp_path / "x.safetensors")]) == 2
+    assert capsys.readouterr().err == (
+        f"captioning export: error: the checkpoint is given twice (--checkpoint {ckpt} and {ckpt}); give it "
+        "once: captioning export --checkpoint CKPT OUT.safetensors\n"
+    )
+    assert not (tmp_path / "x.safetensors").exists()
+
+
 def test_cli_and_evaluate_read_an_export(ckpt, scene_png, tmp_path, capsys):
     out = tmp_path / "model.safetensors"
     assert main(["export", str(ckpt), str(out)]) == 0

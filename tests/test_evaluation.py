@@ -62,6 +62,39 @@ def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, t
     assert "attention grounding" in printed and "NLTK corpus_bleu" in printed
 
 
+def test_evaluate_checks_its_result_files_before_decoding(tiny_checkpoint, tmp_path, capsys):
+    out = tmp_path / "ev"
+    (out / "results.json").mkdir(parents=True)  # written with plain write_text, found after the decoding
+    argv = ["evaluate", "--checkpoint", tiny_checkpoint, "--out-dir", str(out), "data.test.num_images=4"]
+    assert main(argv) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"captioning evaluate: error: {out / 'results.json'}: is a folder; expected a file path for the "
+        "results (COCO format)\n",
+    )
+
+
+def test_decoding_flags_are_the_hydra_overrides_and_disagreeing_ones_are_one_line(
+    tiny_checkpoint, tmp_path, capsys
+):
+    def evaluate(name, *decoding):  # the flags before the overrides: argparse ends the overrides at a flag
+        argv = ["evaluate", "--checkpoint", tiny_checkpoint, "--out-dir", str(tmp_path / name), *decoding]
+        return main([*argv, "data.test.num_images=4", "tokenizer=simple"])
+
+    assert evaluate("flags", "--num-beams", "2", "--length-penalty", "0.5") == 0
+    assert evaluate("hydra", "decoding.num_beams=2", "decoding.length_penalty=0.5") == 0
+    flags, hydra = (json.loads((tmp_path / d / "scores.json").read_text()) for d in ("flags", "hydra"))
+    assert flags["decoding"] == hydra["decoding"] and flags["scores"] == hydra["scores"]
+    assert (flags["decoding"]["num_beams"], flags["decoding"]["length_penalty"]) == (2, 0.5)
+    capsys.readouterr()
+    assert evaluate("both", "--num-beams", "3", "decoding.num_beams=2") == 2
+    assert capsys.readouterr().err == (
+        "captioning evaluate: error: --num-beams 3 and the override decoding.num_beams=2 disagree; give the "
+        "decoding option once\n"
+    )
+    assert not (tmp_path / "both").exists()
+
+
 @pytest.mark.parametrize("beam", [1, 3])
 def test_evaluation_decodes_exactly_like_the_caption_command(tiny_checkpoint, beam):
     source = SyntheticSource(6, seed=0, split="test")

@@ -159,6 +159,45 @@ def test_tune_refuses_the_hard_attention_axis_for_a_soft_model(tmp_path: Path, c
     assert len(err.splitlines()) == 1 and "has no hard attention" in err and str(ckpt) in err
 
 
+def test_tune_holds_the_other_decoding_flags_fixed_and_refuses_an_override_of_a_searched_one(
+    tmp_path: Path, capsys
+) -> None:
+    ckpt = write_checkpoint(tmp_path / "m.ckpt")
+    grid_argv = ["--num-beams", "1", "--length-penalty", "0", "--no-repeat-ngram-size", "0"]
+    data = ["data=synthetic", "data.val.num_images=4", "feature_cache=false"]
+    flags, hydra = tmp_path / "flags.json", tmp_path / "hydra.json"
+    fixed = ["--max-new-tokens", "2", "--repetition-penalty", "1.2"]
+    assert main(["tune", "--checkpoint", str(ckpt), *fixed, "--out", str(flags), *data, *grid_argv]) == 0
+    overrides = ["decoding.max_new_tokens=2", "decoding.repetition_penalty=1.2"]
+    assert main(["tune", "--checkpoint", str(ckpt), "--out", str(hydra), *data, *overrides, *grid_argv]) == 0
+    by_flags, by_hydra = json.loads(flags.read_text()), json.loads(hydra.read_text())
+    assert by_flags["fixed"] == by_hydra["fixed"] == {"max_new_tokens": 2, "repetition_penalty": 1.2}
+    assert by_flags["rows"] == by_hydra["rows"] and by_flags["rows"][0]["mean_length"] <= 2
+    capsys.readouterr()
+    assert main(["tune", "--checkpoint", str(ckpt), *data, "decoding.num_beams=5"]) == 2
+    assert capsys.readouterr().err == (
+        "captioning tune: error: decoding.num_beams=5: num_beams is searched over here; give its values with "
+        "--num-beams (e.g. --num-beams 5)\n"
+    )
+
+
+def test_tune_stops_in_one_line_when_every_caption_is_empty(tmp_path: Path, capsys) -> None:
+    from captioning.data.vocab import Vocab
+
+    from corpus import build_module, checkpoint_dict
+
+    checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
+    checkpoint["state_dict"]["net.decoder.out.bias"][Vocab.end_id] = 3e4  # huge, finite: <end> at once
+    torch.save(checkpoint, tmp_path / "ends.ckpt")
+    argv = ["tune", "--checkpoint", str(tmp_path / "ends.ckpt"), "--out", str(tmp_path / "t.json")]
+    argv += ["data=synthetic", "data.val.num_images=4", "feature_cache=false", "--num-beams", "1"]
+    assert main([*argv, "--length-penalty", "0", "--no-repeat-ngram-size", "0"]) == 2  # was a traceback
+    err = capsys.readouterr().err
+    assert err.startswith("captioning tune: error:") and err.count("\n") == 1
+    assert "every caption of the batch is empty" in err and "ends.ckpt" in err
+    assert not (tmp_path / "t.json").exists()
+
+
 def test_tune_cli_refuses_a_bad_grid_value_in_one_line(tmp_path: Path, capsys) -> None:
     ckpt = write_checkpoint(tmp_path / "m.ckpt")
     assert main(["tune", "--checkpoint", str(ckpt), "data=synthetic", "--num-beams", "0"]) == 2

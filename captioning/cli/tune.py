@@ -5,6 +5,9 @@ Decodes the dev split (``split=val``, composing captioning/conf/eval.yaml like `
 setting of the grid, scores each by CIDEr-D, prints the table with the held-out check (chosen on one half
 of the images, reported on the other) and writes ``tuning.json``; ``--write`` stores the best setting as
 the checkpoint's (or export's) decoding defaults, which ``caption``, ``evaluate`` and the API then use.
+The other decoding options (``--max-new-tokens 20``, ``--repetition-penalty 1.2`` ... or the same Hydra
+overrides, ``decoding.max_new_tokens=20``) are held fixed over the grid (recorded in tuning.json as
+``fixed``; ``--write`` stores the searched ones only).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
 from captioning.cli.runtime import checkpoint_arg, path_arg
 from captioning.writes import Output, output, replaceable_in_place
 
@@ -57,7 +61,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument(
         "overrides", nargs="*", help="Hydra overrides of captioning/conf/eval.yaml, e.g. data=flickr8k"
     )
+    add_decoding_arguments(parser, skip=tuple(GRID_FLAGS), seed=False, overrides=True)  # held fixed
     return parser
+
+
+GRID_FLAGS = {  # the options searched, each over its flag's values
+    "num_beams": "--num-beams",
+    "length_penalty": "--length-penalty",
+    "no_repeat_ngram_size": "--no-repeat-ngram-size",
+    "hard_attention": "--hard-attention",
+}
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """Before anything heavy: the fixed decoding flags become decoding.* overrides (one line if they
+    disagree); an override of a searched option is refused (it would be searched over anyway)."""
+    return merge_into_overrides(args, grid=GRID_FLAGS)
 
 
 def _table(rows, chosen) -> str:
@@ -96,12 +115,14 @@ def _check_outputs(args: argparse.Namespace, default_out: Path) -> tuple[Output,
 
 
 def run(args: argparse.Namespace) -> int:
+    from omegaconf import OmegaConf
+
     from captioning import progress
     from captioning.checkpoints.defaults import write_decoding_defaults
     from captioning.checkpoints.ensemble import load_captioners, members_label, members_stem
     from captioning.config import compose_config
     from captioning.data.features import FeatureCache
-    from captioning.decoding.captions import NonFiniteScores
+    from captioning.decoding.captions import BrokenOutput
     from captioning.decoding.config import GenerationConfig, check_option
     from captioning.decoding.search import hard_attention_layers
     from captioning.errors import one_line, user_errors
@@ -144,13 +165,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"captioning tune: error: {one_line(err)}", file=sys.stderr)
         return 2
     stored = GenerationConfig.from_dict(model.decoding)
+    fixed = {k: v for k, v in OmegaConf.to_container(cfg.decoding).items() if v is not None}
+    try:
+        base = stored.replace(**fixed)  # checked with every setting of the grid, before any decoding
+        for options in settings:
+            base.replace(**options)
+    except ValueError as err:
+        print(f"captioning tune: error: {label}: {one_line(err)}", file=sys.stderr)
+        return 2
     scorer = SplitScorer(source)
     rows = []
     for options in progress.track(settings, "tuning", unit="setting"):
-        decoding = stored.replace(**options).to_dict()
+        decoding = base.replace(**options).to_dict()
         try:
             decoded = decode_source(model, source, decoding, cfg.batch_size, cache)
-        except NonFiniteScores as err:  # nothing to rank, and nothing to --write into the checkpoint
+        except BrokenOutput as err:  # NaN scores or only empty captions: nothing to rank or --write
             print(f"captioning tune: error: {label}: {err}", file=sys.stderr)
             return 2
         rows.append(score_setting(options, dict(zip(decoded.indices, decoded.captions)), scorer))
@@ -167,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         "checkpoint": label,
         "data": f"{choices['data']}/{cfg.split}",
         "stored_before": stored.to_dict(),
+        "fixed": fixed,
         "rows": [r.to_dict() for r in rows],
         "best": chosen.to_dict(),
         "held_out": check,

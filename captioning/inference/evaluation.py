@@ -44,6 +44,7 @@ from captioning.metrics.grounding import grounding_accuracy
 from captioning.metrics.objects import describe_misplaced, object_accuracy
 from captioning.metrics.report import format_report
 from captioning.metrics.scenes import grounding_samples
+from captioning.writes import Output, output
 
 SPLITS = ("train", "val", "test")
 
@@ -348,15 +349,29 @@ def evaluate_checkpoint(
     )  # fmt: skip
 
 
-def write_evaluation(evaluation: Evaluation, out_dir: str | Path) -> tuple[Path, Path]:
-    """Write ``results.json`` (COCO results format) and ``scores.json``; returns their paths."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results_path, scores_path = out_dir / "results.json", out_dir / "scores.json"
-    results_path.write_text(json.dumps(evaluation.decoded.results(), indent=1) + "\n")
-    payload = {**evaluation.to_dict(), "results_file": results_path.name}  # beside it: no absolute paths
-    scores_path.write_text(json.dumps(payload, indent=2) + "\n")
-    return results_path, scores_path
+def evaluation_outputs(out_dir: str | Path, checkpoints: Sequence[str | Path] = ()) -> tuple[Output, Output]:
+    """``results.json`` and ``scores.json`` in ``out_dir``, checked now (captioning/writes.py): never a
+    folder, a device, a model file or one of ``checkpoints``. Whether the folder can be made is left to the
+    write, so that the scores are printed before an unwritable folder fails."""
+    inputs = {c: f"a checkpoint being evaluated ({c})" for c in checkpoints}
+    return (
+        output(
+            Path(out_dir) / "results.json", "the results (COCO format)", inputs=inputs, check_folder=False
+        ),
+        output(Path(out_dir) / "scores.json", "the scores", inputs=inputs, check_folder=False),
+    )
+
+
+def write_evaluation(
+    evaluation: Evaluation, out_dir: str | Path, checkpoints: Sequence[str | Path] = ()
+) -> tuple[Path, Path]:
+    """Write ``results.json`` (COCO results format) and ``scores.json``, each atomically
+    (:func:`evaluation_outputs`); returns their paths. An OSError names the file and why."""
+    results, scores = evaluation_outputs(out_dir, checkpoints)
+    results.write_text(json.dumps(evaluation.decoded.results(), indent=1) + "\n")
+    payload = {**evaluation.to_dict(), "results_file": results.path.name}  # beside it: no absolute paths
+    scores.write_text(json.dumps(payload, indent=2) + "\n")
+    return results.path, scores.path
 
 
 def format_evaluation(evaluation: Evaluation, results_path: str | Path | None = None) -> str:
