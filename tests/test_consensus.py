@@ -219,6 +219,30 @@ def test_the_python_api_captions_with_a_reranker(tiny_checkpoint):
         captioner.caption(images, reranker=ConsensusReranker(RerankConfig(), other))
 
 
+def test_the_memory_command_names_each_unreadable_image_then_how_many(
+    tiny_checkpoint, tmp_path, capsys, monkeypatch
+):
+    from captioning.data.images import ImageError
+    from captioning.inference import evaluation
+
+    class OneBroken(SyntheticSource):
+        def image(self, i):
+            if i == 1:
+                raise ImageError(f"{tmp_path / 'broken.jpg'}: not a readable image (truncated)")
+            return super().image(i)
+
+    monkeypatch.setattr(evaluation, "build_source", lambda data, split: OneBroken(4, seed=0, split="train"))
+    memory_file = tmp_path / "memory.safetensors"
+    argv = ["memory", "--checkpoint", tiny_checkpoint, "--out", str(memory_file), "feature_cache=false"]
+    assert main(argv) == 1  # was 0, with one warning that named the first image only
+    out, err = capsys.readouterr()
+    assert f"wrote {memory_file}: 3 images" in out and len(CaptionMemory.load(memory_file)) == 3
+    assert err.splitlines() == [
+        f"captioning memory: skipped {tmp_path / 'broken.jpg'}: not a readable image (truncated)",
+        "captioning memory: 1 of 4 images could not be read and are not in the memory",
+    ]
+
+
 def test_the_memory_and_caption_commands_rerank_as_the_api_does(tiny_checkpoint, tmp_path, capsys):
     memory_file = tmp_path / "memory.safetensors"
     args = ["memory", "--checkpoint", tiny_checkpoint, "--out", str(memory_file), "data.train.num_images=10"]

@@ -4,6 +4,8 @@ Builds the caption memory consensus reranking reads (``captioning.inference.memo
 split (default: train) through the checkpoint's encoder (the feature cache's grids for a frozen one),
 pooled, beside its reference captions. ``captioning caption IMG --checkpoint CKPT --rerank MEMORY`` then
 reranks without the data set. Overrides compose captioning/conf/eval.yaml, as ``captioning evaluate``.
+An unreadable image is left out and named on stderr (one line each, then how many); the exit status is
+then 1, as evaluate's.
 """
 
 from __future__ import annotations
@@ -58,10 +60,20 @@ def run(args: argparse.Namespace) -> int:
         source = build_source(cfg.data, cfg.split)
         model = load_captioner(args.checkpoint)
         cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
-        memory = build_memory(model, source, cache)
+        skipped: list[str] = []  # unreadable images, left out of the memory: one line each below
+        memory = build_memory(model, source, cache, skipped=skipped)
         memory.save(out)
     except (*user_errors(), ValueError, RuntimeError, OSError) as err:
         print(f"captioning memory: error: {one_line(err)}", file=sys.stderr)
         return 2
+    for line in skipped:
+        print(f"captioning memory: skipped {line}", file=sys.stderr)
     print(f"wrote {args.out}: {len(memory)} images of {cfg.split}, {memory.vectors.shape[1]}-d pooled grids")
+    if skipped:  # as evaluate: the work is done, without every image
+        print(
+            f"captioning memory: {len(skipped)} of {len(source)} images could not be read and are not in the "
+            "memory",
+            file=sys.stderr,
+        )
+        return 1
     return 0
