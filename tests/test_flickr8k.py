@@ -43,25 +43,40 @@ def test_a_few_training_batches_on_flickr8k_with_the_pretrained_encoder(tmp_path
     assert {"val/Bleu_4", "val/CIDEr"} <= set(header)
 
 
-def test_compare_runs_flickr8k_experiments_on_cached_features(tmp_path):
-    """scripts/compare.py --experiments on the real images: features cached once, shared by both runs."""
+def test_a_sweep_of_flickr8k_experiments_shares_the_feature_cache_and_is_aggregated(tmp_path):
+    """A joblib sweep of two Flickr8k experiments on the real images (``captioning-train -m``), then
+    scripts/compare.py: features cached once and shared by both runs, one row per run."""
     import json
+    import subprocess
+    import sys
 
     from helpers import load_script
 
     compare = load_script("compare")
-    out, cache = tmp_path / "cmp", tmp_path / "cache"
-    argv = [
-        "--experiments", "flickr8k_soft,flickr8k_hard_gumbel", "--seeds", "0", "--allow-few-seeds",
-        "--out-dir", str(out), "--split", "val", "--tokenizer", "simple", "--metrics", "Bleu_4,CIDEr",
+    sweep, cache = tmp_path / "sweep", tmp_path / "cache"
+    cmd = [
+        sys.executable, "-m", "captioning.training.train", "-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2",
+        "experiment=flickr8k_soft,flickr8k_hard_gumbel", "seed=0", f"hydra.sweep.dir={sweep}",
         f"paths.flickr8k={FLICKR8K}", f"paths.cache={cache}", "+data.train.limit=32", "+data.val.limit=8",
-        "data.batch_size=8", "data.eval_batch_size=8", "data.min_word_count=2", "data.feature_cache.progress=false",
+        "data.batch_size=8", "data.eval_batch_size=8", "data.min_word_count=2",
         "trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.enable_progress_bar=false",
         "logger=[]", "~callbacks.lr_monitor",
     ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    argv = [
+        str(sweep),
+        "--split",
+        "val",
+        "--allow-few-seeds",
+        "--tokenizer",
+        "simple",
+        "--metrics",
+        "Bleu_4,CIDEr",
+    ]
     assert compare.main(argv) == 0
-    runs = json.loads((out / "results.json").read_text())
-    assert [r["label"] for r in runs] == ["flickr8k_soft", "flickr8k_hard_gumbel"]
+    runs = json.loads((sweep / "results.json").read_text())
+    assert sorted(r["label"] for r in runs) == ["flickr8k_hard_gumbel", "flickr8k_soft"]
     assert all(r["num_images"] == 8 and r["Bleu_4"] >= 0 and r["CIDEr"] >= 0 for r in runs)
     features = [d for d in cache.iterdir() if d.is_dir()]
     assert len(features) == 1  # one feature cache (one encoder), reused by both runs
