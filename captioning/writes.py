@@ -146,7 +146,7 @@ class Output:
             raise OutputError(
                 f"{label}: is {found}{via}; refusing to replace it with {self.what}: choose another path"
             )
-        problem = _folder_problem(target.parent) if folder else None
+        problem = folder_problem(target.parent, noun="its folder") if folder else None
         if problem:
             raise OutputError(f"{label}: {problem}")
         return target
@@ -259,16 +259,18 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _folder_problem(folder: Path) -> str | None:
-    """Why files cannot be written in ``folder`` (created if missing), or None. Found by creating it
-    and removing again what was made, so a check before the work leaves nothing behind."""
+def folder_problem(folder: Path, noun: str = "the folder") -> str | None:
+    """Why files cannot be written in ``folder`` (created if missing), or None: "cannot create the folder
+    F (reason)", "the folder F is not writable" (``noun`` names it: "its folder" for an output's). Found by
+    creating it and removing again what was made, so a check before the work leaves nothing behind."""
+    folder = Path(folder)
     missing = [p for p in [folder, *folder.parents] if not os.path.lexists(p)]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not os.access(folder, os.W_OK | os.X_OK):
-            return f"its folder {folder} is not writable"
+            return f"{noun} {folder} is not writable"
     except OSError as err:
-        return f"cannot create its folder {folder} ({_reason(err)})"
+        return f"cannot create {noun} {folder} ({_reason(err)})"
     finally:
         for made in missing:  # deepest first
             with contextlib.suppress(OSError):

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from captioning.writes import folder_problem  # noqa: F401  (re-exported: one implementation)
+
 
 def read_utf8_text(path: Path, error: type[Exception] = ValueError) -> str:
     """``path`` decoded as UTF-8 (line endings untouched), or one ``error`` naming the file and the byte,
@@ -22,25 +24,6 @@ def read_utf8_text(path: Path, error: type[Exception] = ValueError) -> str:
             f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}, line {line}); "
             "expected a UTF-8 file (re-encode it, e.g. iconv -f latin1 -t utf-8)"
         ) from None
-
-
-def folder_problem(folder: Path) -> str | None:
-    """Why files cannot be written in ``folder`` ("cannot create the folder F (reason)", "the folder F is
-    not writable"), or None. Found by creating it and removing again what was made, so a check that
-    fails (or passes) before any work writes nothing."""
-    folder = Path(folder)
-    missing = [p for p in [folder, *folder.parents] if not p.exists()]
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if not os.access(folder, os.W_OK | os.X_OK):
-            return f"the folder {folder} is not writable"
-    except OSError as err:
-        return f"cannot create the folder {folder} ({err.strerror or err})"
-    finally:
-        for made in missing:  # deepest first
-            with contextlib.suppress(OSError):
-                made.rmdir()
-    return None
 
 
 def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
