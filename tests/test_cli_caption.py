@@ -68,6 +68,61 @@ def test_caption_beam_and_overlay(tiny_checkpoint, scene_files, tmp_path, capsys
     assert png[..., :3].std() > 5  # an actual picture, not a blank canvas
 
 
+@pytest.mark.parametrize("existing", [True, False])
+def test_overlay_into_a_folder_one_png_per_image_named_after_it_and_in_the_json(
+    tiny_checkpoint, scene_files, tmp_path, capsys, existing
+):
+    folder = tmp_path / "overlays"
+    if existing:
+        folder.mkdir()
+    given = str(folder) if existing else f"{folder}/"  # a new folder: named by its trailing /
+    argv = ["caption", *map(str, scene_files), "--checkpoint", tiny_checkpoint, "--overlay", given, "--json"]
+    assert main(argv) == 0  # was: "no suffix is not an image format"
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["overlay"] for r in records] == [str(folder / f"{p.stem}.png") for p in scene_files]
+    assert sorted(folder.iterdir()) == [folder / f"{p.stem}.png" for p in scene_files]
+
+
+def test_overlay_paths_of_one_pattern_are_numbered_and_named_and_documented(tmp_path):
+    from captioning.cli.caption import overlay_paths
+    from captioning.cli.main import build_parser
+
+    out = tmp_path / "att.png"
+    assert overlay_paths(out, ["a/x.jpg", "b/y.png"]) == [
+        tmp_path / "att-00-x.png",
+        tmp_path / "att-01-y.png",
+    ]
+    assert overlay_paths(tmp_path, ["a/x.jpg", "b/x.png"], folder=True) == [
+        tmp_path / "x.png",
+        tmp_path / "x-01.png",
+    ]
+    helptext = " ".join(build_parser()._subparsers._group_actions[0].choices["caption"].format_help().split())
+    assert "OUT-NN-NAME.png" in helptext and "NAME.png inside it" in helptext
+
+
+def test_a_transformer_overlay_says_it_is_head_averaged_cross_attention(tmp_path):
+    from captioning import Captioner
+
+    from corpus import write_checkpoint
+
+    lstm = write_checkpoint(tmp_path / "lstm.ckpt")
+    transformer = write_checkpoint(tmp_path / "tf.ckpt", extra=["model/decoder=transformer"])
+    scene = Image.fromarray(render_scene((99, 0)).image)
+    labels = {}
+    for name, path in (("lstm", lstm), ("transformer", transformer)):
+        model = Captioner.from_checkpoint(path)
+        result = model.caption(scene)[0]
+        labels[name] = result.attention_label
+        if name == "transformer":  # the decoder declares its map: no isinstance check in the overlay
+            layers = model.net.decoder.attention_layer + 1
+            assert result.attention_label.startswith(f"cross-attention of layer {layers} of ")
+            assert "mean over" in result.attention_label and "heads" in result.attention_label
+        labelled = np.asarray(result.overlay(scene))
+        unlabelled = np.asarray(result.overlay(scene, subtitle=None))
+        assert labelled.shape[0] > unlabelled.shape[0]  # the label's line under the title
+    assert "alpha_t" in labels["lstm"] and labels["lstm"] != labels["transformer"]
+
+
 def test_caption_reports_bad_files_and_exits_nonzero(tiny_checkpoint, scene_files, tmp_path, capsys):
     bad = tmp_path / "notes.jpg"
     bad.write_text("this is not a JPEG")

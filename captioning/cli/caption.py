@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -29,14 +30,17 @@ def _printable(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
-def check_overlay_target(out: Path, inputs: list[Path], overlays: list[Path]) -> str | None:
+def check_overlay_target(
+    out: Path, inputs: list[Path], overlays: list[Path], folder: bool = False
+) -> str | None:
     """Why ``--overlay`` cannot be written (unknown image format, one of its ``overlays`` would overwrite
     an input), or None."""
     from PIL import Image
 
-    if out.suffix.lower() not in Image.registered_extensions():
+    if not folder and out.suffix.lower() not in Image.registered_extensions():
         return (
-            f"--overlay {out}: {out.suffix or 'no suffix'} is not an image format; expected e.g. .png or .jpg"
+            f"--overlay {out}: {out.suffix or 'no suffix'} is not an image format; expected e.g. .png or .jpg, "
+            "or a folder (an existing one, or a path ending in /)"
         )
     targets = {p.resolve() for p in overlays}
     clash = next((p for p in inputs if p.resolve() in targets), None)
@@ -49,6 +53,12 @@ def check_overlay_target(out: Path, inputs: list[Path], overlays: list[Path]) ->
         if problem:
             return f"--overlay {out}: {problem}"
     return None
+
+
+def overlay_arg(text: str) -> str:
+    """argparse ``type`` of ``--overlay``: the text itself (a trailing / names a folder), never empty."""
+    path_arg(text)
+    return text
 
 
 def add_parser(subparsers) -> None:
@@ -64,7 +74,16 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--batch-size", type=int, default=16, help="images decoded at once (default: 16)")
-    p.add_argument("--overlay", type=Path, default=None, help="write per-word attention overlays to this PNG")
+    p.add_argument(
+        "--overlay",
+        type=overlay_arg,
+        default=None,
+        metavar="OUT.png|FOLDER/",
+        help="write per-word attention overlays, labelled with what the map is (an LSTM's α_t, a "
+        "Transformer's head-averaged cross-attention of one layer): OUT.png for one image; for several, "
+        "OUT-NN-NAME.png beside it (NN the image's position from 00, NAME its file name without suffix); or "
+        "a folder (an existing one, or a path ending in /): NAME.png inside it for each image",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object per image")
     p.add_argument(
         "--rerank",
@@ -117,8 +136,22 @@ def expand_inputs(items: list[str]) -> list[Path]:
     return out
 
 
-def overlay_paths(out: Path, names: list[str]) -> list[Path]:
-    """One overlay path per image: OUT.png itself for one image, OUT-<i>-<stem>.png for several."""
+def is_overlay_folder(text: str) -> bool:
+    """``--overlay`` names a folder: an existing one, or a path written with a trailing separator."""
+    return text.endswith(("/", os.sep)) or _is_dir(Path(text))
+
+
+def overlay_paths(out: Path, names: list[str], folder: bool = False) -> list[Path]:
+    """One overlay path per image: OUT.png itself for one image, OUT-<i>-<stem>.png for several; in a
+    folder, <stem>.png (<stem>-<i>.png for a stem met before: a/x.jpg and b/x.png)."""
+    if folder:
+        seen: set[str] = set()
+        paths = []
+        for i, n in enumerate(names):
+            stem = Path(n).stem
+            paths.append(out / (f"{stem}.png" if stem not in seen else f"{stem}-{i:02d}.png"))
+            seen.add(stem)
+        return paths
     if len(names) == 1:
         return [out]
     return [
@@ -166,8 +199,10 @@ def run(args: argparse.Namespace) -> int:
     for i in empty:
         err(f"image argument {i} is an empty string, not an image file, folder or glob (an unset variable?)")
     paths = expand_inputs([item for item in args.images if item.strip()])
-    overlays = overlay_paths(args.overlay, [str(p) for p in paths]) if args.overlay else []
-    problem = check_overlay_target(args.overlay, paths, overlays) if args.overlay else None
+    out = Path(args.overlay) if args.overlay is not None else None
+    folder = out is not None and is_overlay_folder(args.overlay)
+    overlays = overlay_paths(out, [str(p) for p in paths], folder) if out else []
+    problem = check_overlay_target(out, paths, overlays, folder) if out else None
     if problem:
         err(problem)
         return 2
@@ -229,7 +264,10 @@ def run(args: argparse.Namespace) -> int:
                     err(f"{overlays[i]}: cannot write the overlay: {getattr(e, 'strerror', None) or e}")
                     failures["overlays"] += 1
             if args.json:
-                print(json.dumps(result.to_json()), flush=True)
+                record = result.to_json()
+                if written:
+                    record["overlay"] = str(written)
+                print(json.dumps(record), flush=True)
             else:
                 extra = f"\t(overlay: {_printable(str(written))})" if written else ""
                 print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)

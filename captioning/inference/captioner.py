@@ -43,7 +43,6 @@ from torch import Tensor
 
 from captioning.checkpoints.ensemble import load_captioners
 from captioning.checkpoints.load import LoadedCaptioner
-from captioning.data.files import write_atomically
 from captioning.data.images import decode_rgb, image_to_tensor, load_rgb, to_rgb
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.decoding.captions import (  # noqa: F401 - the errors for callers
@@ -75,6 +74,7 @@ class CaptionResult:
     score: float  # log_prob / length ** length_penalty, the ranking score
     log_prob: float
     image: str = ""  # the path, or "<input i>" for in-memory images
+    attention_label: str = ""  # what the attention map is (the decoder's attention_map_label), for overlays
     candidates: list[CaptionResult] = field(default_factory=list, repr=False)  # the n-best list, best first
 
     def to_json(self) -> dict[str, Any]:
@@ -94,28 +94,31 @@ class CaptionResult:
 
     def overlay(self, image: ImageInput, path: str | Path | None = None, **options) -> Image.Image:
         """The attention overlay (``captioning.inference.viz.render_overlay``: one colour scale for the
-        caption, ``scale="word"`` for per-word scaling); also saved as PNG when ``path`` is given."""
+        caption, ``scale="word"`` for per-word scaling), labelled with what the map is (the decoder's
+        ``attention_map_label``); also saved when ``path`` is given (its suffix names the format), through
+        captioning/writes.py: never over the captioned image, a model file or a device, whole or not at all."""
         from captioning.inference.viz import render_overlay
+        from captioning.writes import output
 
         t, h, w = self.attention.shape
+        options.setdefault("subtitle", self.attention_label or None)
         picture = render_overlay(
             as_pil(image), self.tokens, self.attention.reshape(t, h * w), (h, w),
             caption=self.caption, score=self.score, **options,
         )  # fmt: skip
-        if path is not None:  # whole or not at all: a full disk leaves no empty PNG behind
+        if path is not None:
             if not isinstance(path, str | Path) or not str(path).strip():
                 raise TypeError(f"overlay: path={path!r}; expected the path of the image file to write")
             path = Path(path)
-            sources = [p for p in (image, self.image) if isinstance(p, str | Path) and Path(p).is_file()]
-            if path.exists() and any(path.resolve() == Path(p).resolve() for p in sources):
-                raise ValueError(f"{path}: is the captioned image; the overlay would overwrite it")
             image_format = Image.registered_extensions().get(path.suffix.lower())
             if image_format is None:
                 raise ValueError(
                     f"{path}: {path.suffix or 'no suffix'} is not an image format; expected e.g. .png or .jpg"
                 )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(path, lambda f: picture.save(f, format=image_format))
+            sources = [p for p in (image, self.image) if isinstance(p, str | Path) and str(p).strip()]
+            out = output(path, "the attention overlay", inputs=dict.fromkeys(sources, "the captioned image"))
+            with out.replacing() as temp:
+                picture.save(temp, format=image_format)
         return picture
 
 
@@ -476,6 +479,7 @@ class Captioner:
                     score=c.score,
                     log_prob=c.log_prob,
                     image=names[i],
+                    attention_label=self.net.decoder.attention_map_label,
                 )
                 for c in per_image[i]
             ]

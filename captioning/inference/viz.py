@@ -91,10 +91,12 @@ def render_overlay(
     panel: int = 160,
     panels: int | None = None,
     vmax: float | None = None,
+    subtitle: str | None = None,
 ) -> Image.Image:
     """The image, then one panel per token with its (T, H*W) attention row, a title and a colour bar.
 
-    ``panels``: lay out this many panels whatever the caption's length (fixed-size images, e.g. a W&B
+    ``subtitle``: a line under the title saying what the map is (a decoder's ``attention_map_label``, e.g.
+    a Transformer's "cross-attention of layer 2 of 2, mean over 4 heads"). ``panels``: lay out this many panels whatever the caption's length (fixed-size images, e.g. a W&B
     table column); tokens beyond it are left out. ``vmax``: the top of the shared colour scale (default:
     the largest weight shown), e.g. a whole caption's when one word is drawn alone."""
     if scale not in SCALES:
@@ -110,13 +112,15 @@ def render_overlay(
     photo_img = photo_img.resize((panel, panel), Image.Resampling.BILINEAR)
     photo = np.asarray(photo_img, dtype=np.float32)  # (panel, panel, 3)
     font, title_font = _font(13), _font(14)
-    title_h, label_h, bar_h = 26, 18, BAR_H
+    title_h, label_h, bar_h = (44 if subtitle else 26), 18, BAR_H
     out = Image.new("RGB", (cols * panel, title_h + rows * (panel + label_h) + bar_h), "white")
     draw = ImageDraw.Draw(out)
     title = caption if caption is not None else " ".join(tokens)
     if score is not None:
         title = f"{title}   (score {score:.3f})"
     draw.text((6, 5), title, fill="black", font=title_font)
+    if subtitle:
+        draw.text((6, 24), subtitle, fill=(90, 90, 90), font=font)
     if vmax is None:
         vmax = float(attention.max()) if attention.size else 1.0
     for k in range(n):

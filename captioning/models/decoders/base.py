@@ -38,6 +38,8 @@ class Decoder(nn.Module):
     feature_dim: int
     alpha_c: float = 0.0  # λ of the doubly stochastic attention regulariser (eq. 14); LSTMs set it
     entropy_c: float = 0.0  # λ_E of the attention-entropy penalty (per target token); LSTMs set it
+    # What the attention map returned per token is, as overlays label it (captioning/inference/viz.py).
+    attention_map_label: str = "attention alpha_t over the grid (eq. 4-5)"
 
     def start_training_batch(self) -> None:
         """Called once before each training batch (by the LightningModule): advance per-batch state

@@ -42,6 +42,8 @@ class EnsembleDecoder(Decoder):
         self.members = nn.ModuleList(members)
         self.vocab_size, self.feature_dim = sizes.pop()
         self.static_keys = tuple(f"{i}.{k}" for i, m in enumerate(members) for k in m.static_keys)
+        labels = list(dict.fromkeys(m.attention_map_label for m in members))
+        self.attention_map_label = f"mean over {len(members)} models of: {'; '.join(labels)}"
 
     def _split(self, state: State) -> list[State]:
         parts: list[State] = [{} for _ in self.members]

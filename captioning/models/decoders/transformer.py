@@ -160,6 +160,10 @@ class TransformerDecoder(Decoder):
         if alibi and alibi_base <= 0:
             raise ValueError(f"TransformerDecoder: alibi_base={alibi_base} must be positive")
         self.attention_layer, self.attention_head = attention_layer % num_layers, attention_head
+        heads = "mean over" if attention_head is None else f"head {attention_head} of"
+        self.attention_map_label = (  # the map returned per token: one layer's cross-attention
+            f"cross-attention of layer {self.attention_layer + 1} of {num_layers}, {heads} {num_heads} heads"
+        )
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         nn.init.normal_(self.embedding.weight, std=embed_dim**-0.5)  # unit scale after the √D factor
         if position_dim < 0 or position_dim % 4:
