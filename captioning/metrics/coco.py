@@ -182,6 +182,7 @@ def compute_scores(gts: Refs, res: Refs, metrics: Sequence[str]) -> tuple[dict[s
             continue
         if reason := metric_unavailable_reason(name):
             skipped[name] = reason
+            report.update(1)  # counted as done: the closing line reads n/n, the skip is reported apart
             continue
         try:
             scores[name] = _run_java_metric(name, gts, res)
