@@ -1,0 +1,93 @@
+"""The weights-only export (`captioning export`): what it refuses, and that it never replaces a good file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.cli.main import main as captioning_main
+
+from hostile import (
+    assert_one_line,
+    exported,
+    mutated,
+)
+
+
+def test_an_export_never_replaces_a_good_file_with_a_bad_one_nor_overwrites_its_source(
+    good_checkpoint, tmp_path, capsys
+):
+    out = tmp_path / "e.safetensors"
+    assert captioning_main(["export", str(good_checkpoint), str(out)]) == 0
+    good_export = out.read_bytes()
+    huge = mutated(good_checkpoint, tmp_path / "huge.ckpt", lambda c: next(
+        v for k, v in c["state_dict"].items() if k.endswith("weight")).fill_(1e6))  # fmt: skip
+    capsys.readouterr()
+    assert captioning_main(["export", str(huge), str(out), "--fp16"]) == 2
+    assert_one_line(capsys.readouterr().err, str(out), "float16")
+    assert out.read_bytes() == good_export and not list(tmp_path.glob("*.partial"))
+    source = good_checkpoint.read_bytes()
+    assert captioning_main(["export", str(good_checkpoint), str(good_checkpoint)]) == 2
+    assert_one_line(capsys.readouterr().err, "is the checkpoint being exported")
+    assert good_checkpoint.read_bytes() == source
+    assert captioning_main(["export", str(out), str(tmp_path / "again.safetensors")]) == 2
+    assert_one_line(capsys.readouterr().err, "already a weights-only export")
+
+
+def test_an_export_with_integer_weights_or_a_header_nested_too_deep_is_refused(
+    good_checkpoint: Path, photo: Path, tmp_path: Path, capsys
+) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    export = exported(good_checkpoint, tmp_path / "good.safetensors")
+    with safe_open(str(export), framework="pt") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(export))
+    name = next(k for k, v in tensors.items() if v.is_floating_point())
+    save_file({**tensors, name: tensors[name].to(torch.int32)}, str(tmp_path / "ints.safetensors"), metadata)
+    deep = {**metadata, CHECKPOINT_KEY: "[" * 50_000 + "]" * 50_000}
+    save_file(tensors, str(tmp_path / "deep.safetensors"), deep)
+    for bad, culprit in (("ints", f"tensor {name} is int32"), ("deep", "nested too deeply")):
+        path = tmp_path / f"{bad}.safetensors"
+        assert captioning_main(["caption", str(photo), "--checkpoint", str(path)]) == 2
+        out, err = capsys.readouterr()
+        assert_one_line(err, str(path), culprit)
+        assert out == ""
+
+
+def test_an_unwritable_export_target_is_named(good_checkpoint: Path, capsys) -> None:
+    target = Path("/proc/x.safetensors")  # the folder exists; nothing can be written in it
+    assert captioning_main(["export", str(good_checkpoint), str(target)]) == 2
+    assert_one_line(capsys.readouterr().err, str(target), "cannot write the export there")
+
+
+def test_an_export_never_replaces_a_training_checkpoint(good_checkpoint, tmp_path, capsys) -> None:
+    for name, fragment in (("other.ckpt", "expected a path ending in .safetensors"),
+                           ("renamed.safetensors", "is not a weights-only export")):  # fmt: skip
+        other = tmp_path / name  # a training checkpoint, under either name
+        other.write_bytes(good_checkpoint.read_bytes())
+        before = other.read_bytes()
+        assert captioning_main(["export", str(good_checkpoint), str(other)]) == 2
+        assert_one_line(capsys.readouterr().err, str(other), fragment)
+        assert other.read_bytes() == before
+    export = exported(good_checkpoint, tmp_path / "e.safetensors")  # an export may be replaced by a new one
+    assert captioning_main(["export", str(good_checkpoint), str(export)]) == 0
+
+
+def test_export_never_replaces_a_device_or_pipe_and_names_a_broken_export(good_checkpoint, tmp_path, capsys):
+
+    fifo = tmp_path / "pipe.safetensors"
+    os.mkfifo(fifo)
+    assert captioning_main(["export", str(good_checkpoint), str(fifo)]) == 2
+    assert_one_line(capsys.readouterr().err, str(fifo), "is not a regular file")
+    assert fifo.is_fifo()
+    export = exported(good_checkpoint, tmp_path / "e.safetensors")
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(export.read_bytes()[:-100])
+    assert captioning_main(["export", str(cut), str(tmp_path / "again.safetensors")]) == 2
+    line = assert_one_line(capsys.readouterr().err, str(cut))
+    assert "already a weights-only export" not in line

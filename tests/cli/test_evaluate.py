@@ -1,0 +1,112 @@
+"""`captioning evaluate` and `captioning tune`: their configs, outputs and weights are checked first."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+import pytest
+
+from captioning.cli.main import main as captioning_main
+
+from hostile import (
+    assert_one_line,
+    exported,
+    mutated,
+    set_first,
+)
+
+
+def test_evaluate_prints_its_scores_before_an_unwritable_out_dir_fails(good_checkpoint, tmp_path, capsys):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    argv = ["evaluate", "--checkpoint", str(good_checkpoint), "--out-dir", str(blocked / "x"), "data=synthetic",
+            "data.test.num_images=4", "tokenizer=simple", "decoding.num_beams=1"]  # fmt: skip
+    assert captioning_main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "CIDEr" in out
+    assert_one_line(err, str(blocked / "x"), "cannot write the results")
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("feature_cache=maybe", "feature_cache='maybe': expected a boolean"),
+        ("+bogus=1", "bogus: unknown top-level key(s)"),
+        ("data.test.seed=abc", "data.test.seed='abc': expected an integer"),
+        ("batch_size=0", "batch_size=0: expected an integer >= 1"),
+    ],
+    ids=["bool", "unknown-key", "data-type", "batch-size"],
+)
+def test_evaluate_checks_its_config_like_training_does(
+    override, fragment, good_checkpoint, tmp_path, capsys
+) -> None:
+    argv = ["evaluate", "--checkpoint", str(good_checkpoint), "--out-dir", str(tmp_path / "ev")]
+    assert captioning_main([*argv, "data.test.num_images=2", override]) == 2
+    assert_one_line(capsys.readouterr().err, fragment)
+    assert not (tmp_path / "ev").exists()
+
+
+def test_tune_checks_its_outputs_and_split_before_the_grid(good_checkpoint, tmp_path, capsys) -> None:
+    grid = ["--num-beams", "1", "--length-penalty", "0", "--no-repeat-ngram-size", "0"]
+    base = ["tune", "--checkpoint", str(good_checkpoint)]
+    assert captioning_main([*base, "--out", str(tmp_path), "data.val.num_images=4", *grid]) == 2
+    assert_one_line(capsys.readouterr().err, f"--out {tmp_path}: is a folder")
+    assert captioning_main([*base, "data.val.num_images=1", *grid]) == 2
+    assert_one_line(capsys.readouterr().err, "the val split has 1 image(s); tuning needs at least 2")
+
+
+def test_storing_tuned_defaults_where_the_file_cannot_be_replaced_leaves_nothing_behind(
+    good_checkpoint, tmp_path, monkeypatch
+) -> None:
+    from captioning.checkpoints import defaults
+
+    export = exported(good_checkpoint, tmp_path / "e.safetensors")
+    before = export.read_bytes()
+
+    def refuse(src, dst):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "replace", refuse)  # where the export module replaces the file
+    with pytest.raises(OSError, match=re.escape(f"{export}: cannot store the decoding defaults there")):
+        defaults.write_decoding_defaults(export, {"num_beams": 2})
+    assert export.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["e.safetensors"]
+
+
+def test_evaluate_and_tune_never_score_overflowing_weights(good_checkpoint, tmp_path, capsys) -> None:
+    huge = mutated(
+        good_checkpoint, tmp_path / "huge.ckpt", set_first("out.weight", lambda t: t.sign() * 3e38)
+    )
+    assert captioning_main(["evaluate", "--checkpoint", str(huge), "--out-dir", str(tmp_path / "ev"),
+                            "data.test.num_images=2"]) == 2  # fmt: skip
+    assert_one_line(capsys.readouterr().err, "scores are not finite (NaN/inf)")
+    assert not (tmp_path / "ev").exists()
+    grid = ["--num-beams", "1", "--length-penalty", "0", "--no-repeat-ngram-size", "0", "--write"]
+    before = huge.read_bytes()
+    assert captioning_main(["tune", "--checkpoint", str(huge), "data.val.num_images=2", *grid]) == 2
+    assert_one_line(capsys.readouterr().err, str(huge), "scores are not finite (NaN/inf)")
+    assert huge.read_bytes() == before  # nothing "best" was stored
+
+
+def test_evaluate_names_a_negative_scene_seed(good_checkpoint, tmp_path, capsys) -> None:
+    argv = ["evaluate", "--checkpoint", str(good_checkpoint), "--out-dir", str(tmp_path / "ev")]
+    assert captioning_main([*argv, "data.test.num_images=2", "data.test.seed=-1"]) == 2
+    assert_one_line(capsys.readouterr().err, "data.test: seed=-1: expected an integer >= 0")
+
+
+def test_evaluate_refuses_an_out_dir_that_is_a_file_before_decoding(
+    good_checkpoint, tmp_path, capsys
+) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    argv = [
+        "evaluate",
+        "--checkpoint",
+        str(good_checkpoint),
+        "--out-dir",
+        str(target),
+        "data.test.num_images=2",
+    ]
+    assert captioning_main(argv) == 2
+    assert_one_line(capsys.readouterr().err, f"--out-dir {target}: is a file")
