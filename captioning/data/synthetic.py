@@ -19,29 +19,16 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
+from captioning import scenes as _vocabulary
+from captioning.scenes import POSITIONS, SHAPES, SceneObject  # the one vocabulary and object type
+
 CANVAS, CELL = 96, 32
-SHAPES = ("circle", "square", "triangle")
-COLORS = {"red": (230, 50, 50), "green": (50, 200, 70), "blue": (60, 90, 230), "yellow": (240, 220, 60)}
-SIZES = {"small": 14, "big": 26}
-POSITIONS = (  # row-major over the 3×3 grid
-    "top left", "top", "top right",
-    "left", "center", "right",
-    "bottom left", "bottom", "bottom right",
-)  # fmt: skip
+# The spec's colour of each colour word and size of each size word, in the vocabulary's order.
+COLORS = dict(
+    zip(_vocabulary.COLORS, ((230, 50, 50), (50, 200, 70), (60, 90, 230), (240, 220, 60)), strict=True)
+)
+SIZES = dict(zip(_vocabulary.SIZES, (14, 26), strict=True))
 _SUPERSAMPLE = 4  # draw at 4× and box-filter down: anti-aliased edges
-
-
-@dataclass(frozen=True)
-class SceneObject:
-    shape: str
-    color: str
-    size: str
-    position: str
-    box: tuple[float, float, float, float]  # (x0, y0, x1, y1) in pixels of the 96×96 canvas
-
-    @property
-    def phrase(self) -> str:
-        return f"{self.size} {self.color} {self.shape}"
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ The one path behind ``captioning evaluate``, ``scripts/compare.py`` and the test
     print(format_evaluation(evaluation))
 
 Scores are pycocoevalcap's (PTB tokenizer by default, as in the official coco-caption demo) on the
-toolkit's 0-1 scale; NLTK's corpus BLEU rides along as a cross-check. On synthetic scenes the attention
-grounding (captioning.metrics.grounding) is computed from the same decoded captions.
+toolkit's 0-1 scale; NLTK's corpus BLEU rides along as a cross-check. On synthetic scenes every registered
+scene metric (captioning.metrics.scenes: objects named right, attention grounding, scene score) is computed
+from the same decoded captions and attention, by the path validation takes.
 """
 
 from __future__ import annotations
@@ -40,10 +41,9 @@ from captioning.decoding.search import hard_attention_layers
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
 from captioning.inference.memory import CaptionMemory
 from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
-from captioning.metrics.grounding import grounding_accuracy
-from captioning.metrics.objects import describe_misplaced, object_accuracy
-from captioning.metrics.report import format_report
-from captioning.metrics.scenes import grounding_samples
+from captioning.metrics.names import SCENE_METRICS
+from captioning.metrics.report import format_report, format_scene_metrics
+from captioning.metrics.scenes import score_scenes
 from captioning.writes import Output, output
 
 SPLITS = ("train", "val", "test")
@@ -112,11 +112,21 @@ class Evaluation:
     decoding: dict[str, Any]
     report: EvalReport
     decoded: Decoded
-    grounding: dict[str, float | int] | None  # synthetic scenes only
-    objects: dict[str, Any] | None = None  # synthetic scenes only: captioning.metrics.objects
+    # Synthetic scenes only: every registered scene metric's result by name (captioning.metrics.scenes)
+    scenes: dict[str, Any] | None = None
     params: dict[str, int] = field(default_factory=dict)  # {"total", "trainable"} of the network
     rerank: dict[str, Any] | None = None  # the consensus reranking's settings, if captions were reranked
     seed: int = 0  # of the sampler (do_sample): the same seed, the same captions
+
+    @property
+    def grounding(self) -> dict[str, Any] | None:
+        """captioning.metrics.grounding's result (synthetic scenes only)."""
+        return None if self.scenes is None else self.scenes.get("grounding")
+
+    @property
+    def objects(self) -> dict[str, Any] | None:
+        """captioning.metrics.objects' result (synthetic scenes only)."""
+        return None if self.scenes is None else self.scenes.get("objects")
 
     def to_dict(self) -> dict[str, Any]:
         """The scores JSON: everything but the captions (those are in the results file)."""
@@ -127,8 +137,8 @@ class Evaluation:
             "seed": self.seed,
             "rerank": self.rerank,
             **self.report.to_dict(),
-            "grounding": self.grounding,
-            "objects": self.objects,
+            **dict.fromkeys(SCENE_METRICS),  # one field per scene metric: null but on synthetic scenes
+            **(self.scenes or {}),
             "skipped_images": self.decoded.skipped,
             "params": self.params,
         }
@@ -269,12 +279,17 @@ def build_memory(
     )  # fmt: skip
 
 
-def synthetic_grounding(decoded: Decoded, source: SyntheticSource) -> dict[str, float | int]:
-    """Attention grounding of the decoded captions against the scenes' object boxes."""
+def scene_results(decoded: Decoded, source: CaptionSource) -> dict[str, Any]:
+    """Every registered scene metric of the decoded captions against the source's scenes (the path
+    validation takes: captioning.metrics.scenes.score_scenes)."""
     scenes = [source.scene(i) for i in decoded.indices]  # boxes are in pixels of each scene's canvas
     sizes, objects = [s["image_size"] for s in scenes], [s["objects"] for s in scenes]
-    samples = grounding_samples(decoded.tokens, decoded.attention, decoded.grid, sizes, objects)
-    return grounding_accuracy(samples)
+    return score_scenes(decoded.captions, decoded.tokens, decoded.attention, decoded.grid, sizes, objects)
+
+
+def synthetic_grounding(decoded: Decoded, source: SyntheticSource) -> dict[str, float | int]:
+    """Attention grounding of the decoded captions against the scenes' object boxes."""
+    return scene_results(decoded, source)["grounding"]
 
 
 def evaluate_checkpoint(
@@ -334,17 +349,13 @@ def evaluate_checkpoint(
         if source.image_id(i) in decoded_ids
     }
     report = evaluate_results(decoded.results(), references, metrics=metrics, tokenizer=tokenizer)
-    synthetic = isinstance(source, SyntheticSource)
-    grounding = synthetic_grounding(decoded, source) if synthetic else None
-    objects = (
-        object_accuracy(decoded.captions, [source.objects(i) for i in decoded.indices]) if synthetic else None
-    )
+    scenes = scene_results(decoded, source) if isinstance(source, SyntheticSource) else None
     params = {
         "total": sum(p.numel() for p in model.net.parameters()),
         "trainable": sum(p.numel() for p in model.net.parameters() if p.requires_grad),
     }
     return Evaluation(
-        members_label(paths), data_name, decoding, report, decoded, grounding, objects, params,
+        members_label(paths), data_name, decoding, report, decoded, scenes, params,
         rerank.to_dict() if rerank is not None else None, seed,
     )  # fmt: skip
 
@@ -375,7 +386,8 @@ def write_evaluation(
 
 
 def format_evaluation(evaluation: Evaluation, results_path: str | Path | None = None) -> str:
-    """The printed report: decoding settings, the toolkit table, skipped metrics, NLTK BLEU, grounding."""
+    """The printed report: decoding settings, the toolkit table, skipped metrics, NLTK BLEU, and on synthetic
+    scenes one line per scene metric (captioning.metrics.report.format_scene_metrics)."""
     d = evaluation.decoding
     lines = [
         f"checkpoint: {evaluation.checkpoint}",
@@ -395,20 +407,6 @@ def format_evaluation(evaluation: Evaluation, results_path: str | Path | None = 
             f"skipped {len(evaluation.decoded.skipped)} unreadable images (not scored); the first: "
             f"{evaluation.decoded.skipped[0]}"
         )
-    if evaluation.objects is not None:
-        o = evaluation.objects
-        per = " ".join(f"{a} {v:.3f}" for a, v in o["attribute_accuracy"].items())
-        lines.append(
-            f"objects named right: {o['object_accuracy']:.4f} of {o['objects']} (size, colour, shape and "
-            f"position all right; {per}); extra objects per image: {o['extra_per_image']:.3f}; "
-            f"{describe_misplaced(o)}"
-        )
-    if evaluation.grounding is not None:
-        g = evaluation.grounding
-        per = " ".join(f"{a} {v:.3f}" for a, v in g["attribute_grounding"].items())
-        lines.append(
-            f"attention grounding: {g['grounding']:.4f} (fraction of {g['words']} object words whose attention "
-            f"peak is inside the named object's box; {per}; {g['unmatched']} words could not be matched to one "
-            "object)"
-        )
+    if evaluation.scenes is not None:
+        lines += format_scene_metrics(evaluation.scenes)
     return "\n".join(lines)

@@ -14,25 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from captioning.metrics import objects as _scene_words  # the scenes' vocabulary, defined once
+from captioning.metrics.scenes import SceneBatch, SceneMetric
+from captioning.scenes import COLORS as _COLORS
+from captioning.scenes import SHAPES as _SHAPES
+from captioning.scenes import SIZES as _SIZES
+from captioning.scenes import SceneObject, scene_object  # SceneObject: the one scene-object type, re-exported
 
-SHAPES = frozenset(_scene_words.SHAPES)
-COLORS = frozenset(_scene_words.COLORS)
-SIZES = frozenset(_scene_words.SIZES)
+SHAPES = frozenset(_SHAPES)
+COLORS = frozenset(_COLORS)
+SIZES = frozenset(_SIZES)
 OBJECT_WORDS = SHAPES | COLORS | SIZES
 # Captions list objects as "a big red circle in the top left and a small blue square ...":
 # each object's phrase ends at one of these tokens.
 PHRASE_DELIMITERS = frozenset({"and", ",", ".", ";"})
-
-
-@dataclass(frozen=True)
-class SceneObject:
-    """One object of a synthetic scene; ``box`` is ``(x0, y0, x1, y1)`` in pixels of the image."""
-
-    shape: str
-    color: str
-    size: str
-    box: tuple[float, float, float, float]
+NEEDS = ("shape", "color", "size", "box")  # what grounding reads of a scene object
 
 
 @dataclass
@@ -42,7 +37,7 @@ class GroundingSample:
     ``attention[t]`` is the attention map (flattened row-major over the ``grid = (H, W)`` feature
     cells) used when ``tokens[t]`` was generated; extra trailing rows (e.g. the ``<end>`` step) are
     ignored. ``image_size`` is ``(W_img, H_img)`` in pixels, the frame of the object boxes.
-    ``objects`` are :class:`SceneObject` or mappings with keys ``shape, color, size, box``.
+    ``objects`` are :class:`~captioning.scenes.SceneObject` or mappings with keys ``shape, color, size, box``.
     """
 
     tokens: Sequence[str]
@@ -50,20 +45,6 @@ class GroundingSample:
     grid: tuple[int, int]
     image_size: tuple[int, int]
     objects: Sequence[SceneObject | Mapping[str, Any]]
-
-
-def _as_object(obj: SceneObject | Mapping[str, Any]) -> SceneObject:
-    if isinstance(obj, SceneObject):
-        return obj
-    missing = {"shape", "color", "size", "box"} - set(obj)
-    if missing:
-        raise ValueError(
-            f"scene object {obj!r} lacks keys {sorted(missing)}; expected shape, color, size, box"
-        )
-    box = tuple(float(v) for v in obj["box"])
-    if len(box) != 4:
-        raise ValueError(f"scene object box {obj['box']!r} must be (x0, y0, x1, y1) in pixels")
-    return SceneObject(shape=obj["shape"], color=obj["color"], size=obj["size"], box=box)  # type: ignore[arg-type]
 
 
 def _to_numpy(attention: Any) -> np.ndarray:
@@ -145,7 +126,7 @@ def grounding_accuracy(samples: Sequence[GroundingSample]) -> dict[str, Any]:
                 f"sample {k}: attention has shape {attention.shape}, expected (T >= {len(tokens)} tokens, "
                 f"H*W = {h}*{w} = {h * w}) for grid {sample.grid}"
             )
-        objects = [_as_object(o) for o in sample.objects]
+        objects = [scene_object(o, NEEDS) for o in sample.objects]
         for phrase in split_phrases(tokens):
             object_positions = [i for i in phrase if tokens[i] in OBJECT_WORDS]
             if not object_positions:
@@ -166,3 +147,37 @@ def grounding_accuracy(samples: Sequence[GroundingSample]) -> dict[str, Any]:
         "unmatched": unmatched,
         "attribute_grounding": {a: hit / n if n else math.nan for a, (hit, n) in per_attribute.items()},
     }
+
+
+def grounding_samples(
+    tokens: Sequence[Sequence[str]],
+    attention: Sequence[Any],
+    grid: tuple[int, int],
+    image_sizes: Sequence[tuple[int, int]],
+    scenes: Sequence[Sequence[Any]],
+) -> list[GroundingSample]:
+    """One :class:`GroundingSample` per caption (arguments as in captioning.metrics.scenes.score_scenes)."""
+    return [
+        GroundingSample(tokens=words, attention=maps, grid=grid, image_size=size, objects=scene)
+        for words, maps, size, scene in zip(tokens, attention, image_sizes, scenes)
+    ]
+
+
+def format_grounding(result: Mapping[str, Any]) -> str:
+    """``captioning evaluate``'s line for :func:`grounding_accuracy`'s result."""
+    per = " ".join(f"{a} {v:.3f}" for a, v in result["attribute_grounding"].items())
+    return (
+        f"attention grounding: {result['grounding']:.4f} (fraction of {result['words']} object words whose "
+        f"attention peak is inside the named object's box; {per}; {result['unmatched']} words could not be "
+        "matched to one object)"
+    )
+
+
+def _compute(batch: SceneBatch, before: Mapping[str, float]) -> dict[str, Any]:
+    samples = grounding_samples(batch.tokens, batch.attention, batch.grid, batch.image_sizes, batch.scenes)
+    return grounding_accuracy(samples)
+
+
+METRIC = SceneMetric(
+    name="grounding", compute=_compute, value=lambda result: result["grounding"], format=format_grounding
+)

@@ -24,11 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SHAPES = ("circle", "square", "triangle")
-COLORS = ("red", "green", "blue", "yellow")
-SIZES = ("small", "big")
-POSITION_WORDS = ("top", "bottom", "left", "right", "center")
-TWO_WORD = {("top", "left"), ("top", "right"), ("bottom", "left"), ("bottom", "right")}
+from captioning.metrics.scenes import SceneMetric
+from captioning.scenes import COLORS, POSITION_WORDS, POSITIONS, SHAPES, SIZES, SceneObject, scene_object
+
+TWO_WORD = {tuple(p.split()) for p in POSITIONS if " " in p}  # ("top", "left") ...
 CLAUSE_BREAKS = frozenset({"and", "with", ",", ";", "."})
 ATTRIBUTES = ("size", "color", "shape", "position")
 
@@ -40,8 +39,9 @@ class Mention:
     shape: str
     position: str | None
 
-    def agreement(self, obj: Mapping[str, Any]) -> int:
-        return sum(getattr(self, a) == obj[a] for a in ATTRIBUTES)
+    def agreement(self, obj: SceneObject | Mapping[str, Any]) -> int:
+        obj = scene_object(obj, ATTRIBUTES)
+        return sum(getattr(self, a) == getattr(obj, a) for a in ATTRIBUTES)
 
 
 def _positions(words: Sequence[str]) -> list[tuple[int, str]]:
@@ -84,19 +84,10 @@ def parse_mentions(caption: str | Sequence[str]) -> list[Mention]:
     return mentions
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    if isinstance(obj, Mapping):
-        missing = set(ATTRIBUTES) - set(obj)
-        if missing:
-            raise ValueError(f"scene object {dict(obj)!r} lacks {sorted(missing)}; expected {ATTRIBUTES}")
-        return dict(obj)
-    return {a: getattr(obj, a) for a in ATTRIBUTES}
-
-
 def score_caption(caption: str | Sequence[str], objects: Sequence[Any]) -> dict[str, Any]:
     """Right objects, extra mentions and per-attribute agreement of one caption against its scene."""
     mentions = parse_mentions(caption)
-    scene = [_as_dict(o) for o in objects]
+    scene = [scene_object(o, ATTRIBUTES) for o in objects]
     unused = list(range(len(mentions)))
     right = 0
     for obj in scene:  # exact matches are interchangeable, so a greedy one-to-one matching is maximal
@@ -107,15 +98,15 @@ def score_caption(caption: str | Sequence[str], objects: Sequence[Any]) -> dict[
     extra = len(unused)
     misplaced = borrowed = 0
     for m in mentions:
-        looks = [o for o in scene if (o["size"], o["color"], o["shape"]) == (m.size, m.color, m.shape)]
-        if looks and m.position not in {o["position"] for o in looks}:
+        looks = [o for o in scene if (o.size, o.color, o.shape) == (m.size, m.color, m.shape)]
+        if looks and m.position not in {o.position for o in looks}:
             misplaced += 1
-            borrowed += m.position in {o["position"] for o in scene}
+            borrowed += m.position in {o.position for o in scene}
     attributes = dict.fromkeys(ATTRIBUTES, 0)
     for obj in scene:
         closest = max(mentions, key=lambda m: m.agreement(obj), default=None)
         for a in ATTRIBUTES:
-            attributes[a] += closest is not None and getattr(closest, a) == obj[a]
+            attributes[a] += closest is not None and getattr(closest, a) == getattr(obj, a)
     return {
         "right": right,
         "objects": len(scene),
@@ -158,3 +149,21 @@ def object_accuracy(
         "objects": objects,
         "images": len(captions),
     }
+
+
+def format_objects(result: Mapping[str, Any]) -> str:
+    """``captioning evaluate``'s line for :func:`object_accuracy`'s result."""
+    per = " ".join(f"{a} {v:.3f}" for a, v in result["attribute_accuracy"].items())
+    return (
+        f"objects named right: {result['object_accuracy']:.4f} of {result['objects']} (size, colour, shape and "
+        f"position all right; {per}); extra objects per image: {result['extra_per_image']:.3f}; "
+        f"{describe_misplaced(result)}"
+    )
+
+
+METRIC = SceneMetric(
+    name="objects",
+    compute=lambda batch, before: object_accuracy(batch.captions, batch.scenes),
+    value=lambda result: result["object_accuracy"],
+    format=format_objects,
+)

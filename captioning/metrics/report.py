@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from captioning.metrics.coco import EvalReport
+from captioning.metrics.scenes import scene_metrics
 
 
 def format_report(report: EvalReport, results: Path, references: Path) -> str:
@@ -23,3 +26,8 @@ def format_report(report: EvalReport, results: Path, references: Path) -> str:
         diff = f"  (pycocoevalcap {toolkit:.4f}, diff {value - toolkit:+.1e})" if toolkit is not None else ""
         lines.append(f"  {name:<8}  {value:.4f}{diff}")
     return "\n".join(lines)
+
+
+def format_scene_metrics(results: Mapping[str, Any]) -> list[str]:
+    """One line per registered scene metric with a ``format``, in registry order (``captioning evaluate``)."""
+    return [m.format(results[m.name]) for m in scene_metrics() if m.format is not None and m.name in results]

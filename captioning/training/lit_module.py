@@ -3,7 +3,8 @@
 One shared step computes the loss for train and val; validation also decodes every image and scores
 the captions of the *whole* split at epoch end (gathered across DDP ranks, scored once): the toolkit's
 metrics, and on synthetic scenes, where ``val_metrics`` names them, the scene scores
-(captioning.metrics.scenes: objects named right, attention grounding, their product).
+(captioning.metrics.scenes: every metric registered in captioning.metrics.names.SCENE_METRICS, by the path
+`captioning evaluate` takes; val_metrics names those logged as val/<name>).
 The module never branches on the decoder type: decoders return what their loss needs.
 """
 
@@ -26,7 +27,7 @@ from captioning.decoding import GenerationConfig, decode_captions
 from captioning.losses import caption_loss
 from captioning.metrics.coco import score_captions
 from captioning.metrics.names import METRICS, SCENE_METRICS
-from captioning.metrics.scenes import scene_scores
+from captioning.metrics.scenes import scene_values, score_scenes
 from captioning.models.captioner import CaptionModel
 from captioning.models.decoders.base import Decoder, shift_inputs
 
@@ -65,7 +66,7 @@ class CaptionLitModule(pl.LightningModule):
         self.val_metrics = tuple(val_metrics)
         unknown = [m for m in self.val_metrics if m not in METRICS and m not in SCENE_METRICS]
         if unknown:
-            raise ValueError(f"val_metrics {unknown}: expected names from {METRICS + SCENE_METRICS}")
+            raise ValueError(f"val_metrics {unknown}: expected names from {METRICS + tuple(SCENE_METRICS)}")
         self.toolkit_metrics = tuple(m for m in self.val_metrics if m in METRICS)
         self.scene_metrics = tuple(m for m in self.val_metrics if m in SCENE_METRICS)
         self.image_size = image_size  # saved so `captioning caption` resizes images as in training
@@ -182,14 +183,12 @@ class CaptionLitModule(pl.LightningModule):
         scores = {}
         if self.toolkit_metrics:
             scores = score_captions(refs, hyps, metrics=self.toolkit_metrics, tokenizer="simple")
-        if self.scene_metrics:
+        if self.scene_metrics:  # every registered scene metric, by evaluate's path; those named are logged
+            captions = [caption for _, caption, _, _ in generated]
             words, maps, sizes, scenes = zip(*(item for *_, item in generated))
             grid = (self.net.grid_size, self.net.grid_size)
-            scores |= {
-                k: v
-                for k, v in scene_scores(words, maps, grid, sizes, scenes).items()
-                if k in self.scene_metrics
-            }
+            values = scene_values(score_scenes(captions, words, maps, grid, sizes, scenes))
+            scores |= {k: v for k, v in values.items() if k in self.scene_metrics}
         for name, value in scores.items():
             # Every rank holds the same globally computed value, so the sync's mean is that value.
             self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr"), sync_dist=True)
