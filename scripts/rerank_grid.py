@@ -56,7 +56,8 @@ def main() -> None:
     with torch.no_grad():
         for start in range(0, len(source), cfg.batch_size):
             indices = list(range(start, min(start + cfg.batch_size, len(source))))
-            grids = model.net.encode(torch.stack([inputs(i) for i in indices]))  # (B, L, D)
+            key = "images" if cache is None else "features"
+            grids = model.net.encode_batch({key: torch.stack([inputs(i) for i in indices])})  # (B, L, D)
             batches.append(
                 (indices, grids, reranker.candidates(model.net.decoder, grids, model.vocab, decoding))
             )

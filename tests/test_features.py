@@ -60,9 +60,11 @@ def test_cached_features_equal_the_live_encoder_through_captioner(tmp_path):
     torch.testing.assert_close(cached, live, rtol=2e-3, atol=2e-3)  # float16 storage
     (chunk,) = features.directory.glob("chunk-*.npy")
     assert np.load(chunk, mmap_mode="r").dtype == np.float16
-    assert net.encode(cached) is cached  # (B, L, D) input: already encoded, passed through
+    assert net.encode_features(cached) is cached  # a frozen encoder's cache holds the grid itself
     with pytest.raises(ValueError, match=r"expected \(B, L, D\) = \(B, 9, 16\)"):
-        net.encode(torch.zeros(2, 4, 16))
+        net.encode_features(torch.zeros(2, 4, 16))
+    with pytest.raises(ValueError, match=r"takes \(B, 3, H, W\) images"):
+        net.encode(cached)  # never told apart by shape: features go to encode_features
 
 
 def test_second_run_reuses_and_a_superset_only_encodes_new_images(tmp_path):
@@ -143,7 +145,7 @@ def test_flickr8k_experiments_use_cached_lite1_head_features(experiment):
         decoder = "soft" if experiment == "flickr8k_finetune" else experiment.removeprefix("flickr8k_")
         assert choices["model/decoder"] == decoder  # flickr8k_finetune: soft attention, encoder fine-tuned
     assert cfg.data.feature_cache._target_ == "captioning.data.features.FeatureCache"
-    assert cfg.data.feature_cache.encoder == cfg.model.encoder  # the model's encoder config, resolved
+    assert "encoder" not in cfg.data.feature_cache  # bound to the model's own encoder (CachedEncoder)
     encoder = cfg.model.encoder
     assert (encoder.variant, encoder.stage, encoder.grid_size, encoder.freeze, cfg.data.image_size) == (
         "lite1",
@@ -183,14 +185,16 @@ def test_trained_on_cached_features_the_checkpoint_captions_raw_images(tmp_path)
         np.testing.assert_allclose(cached_att, live.attention.reshape(len(live.tokens), -1), atol=1e-2)
 
 
-def test_training_refuses_a_cache_made_by_a_different_encoder(tmp_path):
-    # pretrained=false: the data module's encoder and the model's are two different random inits.
+def test_the_cache_is_made_by_the_models_own_encoder_even_a_random_one(tmp_path):
+    # pretrained=false: a random frozen encoder. A second encoder built for the data (the old path) would
+    # be another random init; the cache is keyed and filled by the model's own, whose checkpoint finds it.
     cfg, _ = compose_config(
         "train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}", "model.encoder.pretrained=false"]
     )
     cfg.output_dir = str(tmp_path / "run")
-    with pytest.raises(ValueError, match="encoder weights differ from the feature cache"):
-        train(cfg)
+    model = load_captioner(train(cfg))
+    folders = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
+    assert folders == [FeatureCache(model.net.encoder, tmp_path / "cache").directory(64)]
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "flickr8k").is_dir(), reason="Flickr8k is not in ../shared/data")

@@ -3,15 +3,15 @@
 Training samples are (image, one caption) pairs, so every reference is seen once per epoch; validation
 and test samples are images with all their references (the metrics need every reference).
 Images leave the data module as float tensors in [0, 1]; the encoder applies its own normalisation.
-With a ``feature_cache`` (frozen encoders only) the ``images`` entry of a batch holds the cached grid
-features (B, L, D) instead, which ``CaptionModel.encode`` passes through (or, for a fine-tuned encoder,
-the (B, C, h, w) activations of its frozen prefix, which the encoder's trained stages take from there).
+With a ``feature_cache`` (a frozen encoder, or the frozen prefix of a fine-tuned one) batches carry no
+pixels: ``image_keys`` (``captioning.data.features.image_key``) name the images, and the LightningModule
+asks the model's ``CachedEncoder`` (built from the model's own encoder, ``feature_cache`` holding only the
+cache's settings) for their ``features``. Batches name what they carry, ``images`` or ``image_keys``.
 Training images may be augmented (``train_crop_scale``, ``train_flip``); validation and test images never.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
+from captioning.data.features import image_key
 from captioning.data.images import TrainAugment, image_to_tensor
 from captioning.data.sources import CaptionSource, MissingSplit, RecordSource
 from captioning.data.tokenize import tokenize
@@ -58,7 +59,21 @@ class ImageLoader:
         return image_to_tensor(self.source.image(i), self.image_size)
 
 
-Inputs = Callable[[int], Tensor]  # image index -> model input: (3, S, S) image or (L, D) cached features
+class ImageKeys:
+    """``keys(i)`` -> the ``image_key`` of image i: what a feature cache looks its features up by."""
+
+    def __init__(self, keys: list[str]):
+        self.keys = list(keys)
+
+    def __call__(self, i: int) -> str:
+        return self.keys[i]
+
+
+Inputs = ImageLoader | ImageKeys  # image index -> (3, S, S) image, or the image's key in the feature cache
+
+
+def _input(inputs: Inputs, i: int) -> dict:
+    return {"image_keys" if isinstance(inputs, ImageKeys) else "images": inputs(i)}
 
 
 class PairDataset(Dataset):
@@ -74,7 +89,7 @@ class PairDataset(Dataset):
     def __getitem__(self, n: int) -> dict:
         i, k = self.index[n]
         return {
-            "images": self.inputs(i),
+            **_input(self.inputs, i),
             "tokens": self.split.tokens[i][k],
             "image_ids": self.split.source.image_id(i),
         }
@@ -92,7 +107,7 @@ class ImageDataset(Dataset):
     def __getitem__(self, i: int) -> dict:
         src = self.split.source
         return {
-            "images": self.inputs(i),
+            **_input(self.inputs, i),
             "tokens": self.split.tokens[i][0],
             "image_ids": src.image_id(i),
             "references": list(src.captions(i)),
@@ -103,10 +118,13 @@ class ImageDataset(Dataset):
 
 def collate(items: list[dict]) -> dict:
     batch = {
-        "images": torch.stack([it["images"] for it in items]),  # (B, 3, S, S), or (B, L, D) cached features
         "tokens": pad_sequence([it["tokens"] for it in items], batch_first=True, padding_value=Vocab.pad_id),
         "image_ids": [it["image_ids"] for it in items],
     }
+    if "images" in items[0]:
+        batch["images"] = torch.stack([it["images"] for it in items])  # (B, 3, S, S)
+    else:
+        batch["image_keys"] = [it["image_keys"] for it in items]  # the features: CachedEncoder.lookup
     if "references" in items[0]:
         batch["references"] = [it["references"] for it in items]
         batch["indices"] = torch.tensor([it["indices"] for it in items])
@@ -152,7 +170,10 @@ class CaptionDataModule(pl.LightningDataModule):
         self.image_size, self.batch_size, self.eval_batch_size = image_size, batch_size, eval_batch_size
         self.num_workers, self.min_word_count = num_workers, min_word_count
         self.max_caption_length = max_caption_length
-        self.feature_cache = feature_cache
+        self.feature_cache = (
+            feature_cache  # its settings: the LightningModule binds it to the model's encoder
+        )
+        self._keys: dict[str, list[str]] = {}
         if train_items not in ("pairs", "images"):
             raise ValueError(f"data.train_items={train_items!r}: expected 'pairs' or 'images'")
         self.train_items = train_items
@@ -205,18 +226,22 @@ class CaptionDataModule(pl.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         self.build_vocab()
-        net = getattr(self.trainer.lightning_module, "net", None) if self.trainer is not None else None
-        if self.feature_cache is not None and net is not None:
-            # The checkpoint keeps the model's encoder for raw images: it must be the one that made the cache.
-            self.feature_cache.verify(net.encoder)
+
+    def image_keys(self, name: str) -> list[str]:
+        """The ``image_key`` of every image of split ``name`` (computed once: a scene's key hashes its pixels)."""
+        if name not in self._keys:
+            self.build_vocab()  # drops unreadable images first
+            source = self.sources[name]
+            self._keys[name] = [image_key(source, i) for i in range(len(source))]
+        return self._keys[name]
 
     def inputs(self, name: str) -> Inputs:
-        """Model inputs of split ``name``: images, or cached features (computed now if missing)."""
+        """What the items of split ``name`` carry: images, or with a feature cache their keys."""
         if self.feature_cache is None:
             return ImageLoader(
                 self.sources[name], self.image_size, self.train_augment if name == "train" else None
             )
-        return self.feature_cache.features(self.sources[name], self.image_size)
+        return ImageKeys(self.image_keys(name))
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
         return DataLoader(

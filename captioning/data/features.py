@@ -26,6 +26,7 @@ ingredient is the same as for a whole frozen encoder, so does what invalidates i
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import json
@@ -94,13 +95,30 @@ class FeatureCache:
 
     def __init__(
         self,
-        encoder: nn.Module,
-        cache_dir: str | Path,
+        encoder: nn.Module | None = None,
+        cache_dir: str | Path | None = None,
         batch_size: int = 32,
         device: str = "cpu",
         progress: bool = True,
     ):
+        """``encoder`` None: the settings alone (a training config's ``data.feature_cache``), to be bound to
+        the model's own encoder with ``bind`` (``CachedEncoder``)."""
+        if cache_dir is None:
+            raise ValueError("FeatureCache needs a cache_dir (data.feature_cache.cache_dir: ${paths.cache})")
+        if batch_size <= 0:
+            raise ValueError(f"FeatureCache batch_size must be positive, got {batch_size}")
+        self.cache_dir = Path(cache_dir)
+        self.batch_size, self.device, self.progress = batch_size, torch.device(device), progress
         self.prefix: int | None = None  # None: the whole encoder's grid is cached
+        self.encoder: nn.Module | None = None
+        if encoder is not None:
+            self._bind(encoder)
+
+    def bind(self, encoder: nn.Module) -> FeatureCache:
+        """A cache with these settings for ``encoder`` (the model's own): its key is computed from it."""
+        return FeatureCache(encoder, self.cache_dir, self.batch_size, str(self.device), self.progress)
+
+    def _bind(self, encoder: nn.Module) -> None:
         if any(p.requires_grad for p in encoder.parameters()):
             stop = getattr(encoder, "cache_stop", 0)
             if not stop:
@@ -116,11 +134,7 @@ class FeatureCache:
                     "the encoder would take for images; fine-tune from another stage or drop data.feature_cache"
                 )
             self.prefix = stop
-        if batch_size <= 0:
-            raise ValueError(f"FeatureCache batch_size must be positive, got {batch_size}")
-        self.encoder = encoder.eval()
-        self.cache_dir = Path(cache_dir)
-        self.batch_size, self.device, self.progress = batch_size, torch.device(device), progress
+        self.encoder = encoder  # its training mode and device are left as they are (see _encode_chunk)
         self.weights_hash = self._weights_hash(encoder)
 
     def _weights_hash(self, encoder: nn.Module) -> str:
@@ -151,31 +165,16 @@ class FeatureCache:
         stop = "" if self.prefix is None else f"before-{self.stops_before}-"
         return self.cache_dir / f"{type(self.encoder).__name__}-{image_size}px-{stop}{digest}"
 
-    def verify(self, encoder: nn.Module) -> None:
-        """Raise unless ``encoder`` has exactly the weights the cached features were computed with (for a
-        prefix cache: the same frozen prefix, stopping before the same stage)."""
-        theirs = (
-            getattr(encoder, "cache_stop", 0) if any(p.requires_grad for p in encoder.parameters()) else None
-        )
-        if theirs != self.prefix:
-            mine = "its whole grid" if self.prefix is None else f"the activations before {self.stops_before}"
-            raise ValueError(
-                f"the feature cache holds {mine}, but the model's encoder trains from another stage "
-                "(model.encoder.freeze / fine_tune_from differ from the cache's encoder); build both from "
-                "one config (data.feature_cache.encoder: ${model.encoder}) or drop data.feature_cache"
-            )
-        if self._weights_hash(encoder) != self.weights_hash:
-            raise ValueError(
-                "the model's encoder weights differ from the feature cache's encoder: training on these "
-                "features would save a checkpoint whose encoder does not produce them. Use a pretrained, "
-                "frozen encoder (identical on every instantiation), or drop data.feature_cache"
-            )
-
     # -- computing and reading ---------------------------------------------------------------------
-    def features(self, source: CaptionSource, image_size: int) -> CachedFeatures:
-        """The cached features of every image of ``source``, encoding (and storing) the missing ones."""
+    def features(
+        self, source: CaptionSource, image_size: int, keys: list[str] | None = None
+    ) -> CachedFeatures:
+        """The cached features of every image of ``source``, encoding (and storing) the missing ones.
+        ``keys``: the images' ``image_key``s when already known (computed here otherwise)."""
+        if self.encoder is None:
+            raise ValueError("FeatureCache.features: no encoder bound (FeatureCache.bind(encoder) first)")
         directory = self.directory(image_size)
-        keys = [image_key(source, i) for i in range(len(source))]
+        keys = [image_key(source, i) for i in range(len(source))] if keys is None else list(keys)
         problem = folder_problem(directory)
         if problem:  # a read-only cache serves what it holds; anything to add needs a writable folder
             index = _read_index(directory, self.key_ingredients(image_size))
@@ -208,7 +207,30 @@ class FeatureCache:
         chunk_id = len(index["chunks"])
         name = f"chunk-{chunk_id:03d}.npy"
         tmp = directory / f"{name}.partial"
-        encoder = self.encoder.to(self.device)
+        encoder = self.encoder  # the model's own encoder: encoded in eval mode and fp32, its state restored
+        if not _on_device(encoder, self.device):
+            encoder = copy.deepcopy(encoder).to(self.device)  # never move the model's encoder
+        was_training = encoder.training
+        encoder.eval()
+        try:
+            self._encode_batches(source, indices, encoder, tmp, directory, image_size)
+        finally:
+            encoder.train(was_training)
+        os.replace(tmp, directory / name)  # complete chunks only: an interrupted run leaves a .partial
+        index["chunks"].append(name)
+        for row, (key, i) in enumerate(todo.items()):
+            index["images"][key] = [chunk_id, row, source.image_id(i)]
+        _write_json(directory / "index.json", index)
+
+    def _encode_batches(
+        self,
+        source: CaptionSource,
+        indices: list[int],
+        encoder: nn.Module,
+        tmp: Path,
+        directory: Path,
+        image_size: int,
+    ) -> None:
         store = None
         bar = tqdm(
             total=len(indices),
@@ -220,10 +242,11 @@ class FeatureCache:
             batch_idx = indices[start : start + self.batch_size]
             images = [image_to_tensor(source.image(i), image_size) for i in batch_idx]
             images = torch.stack(images)  # (B, 3, S, S)
-            if self.prefix is None:
-                grid = encoder.encode(images.to(self.device))  # (B, L, D): CaptionModel.encode's own path
-            else:
-                grid = encoder.encode_prefix(images.to(self.device))  # (B, C, h, w): the frozen prefix
+            with torch.autocast(self.device.type, enabled=False):  # fp32 whatever the trainer's precision
+                if self.prefix is None:
+                    grid = encoder.encode(images.to(self.device))  # (B, L, D): CaptionModel.encode's path
+                else:
+                    grid = encoder.encode_prefix(images.to(self.device))  # (B, C, h, w): the frozen prefix
             if store is None:
                 shape = (len(indices), *grid.shape[1:])
                 store = np.lib.format.open_memmap(tmp, mode="w+", dtype=STORAGE_DTYPE, shape=shape)
@@ -232,11 +255,61 @@ class FeatureCache:
         bar.close()
         store.flush()
         del store
-        os.replace(tmp, directory / name)  # complete chunks only: an interrupted run leaves a .partial
-        index["chunks"].append(name)
-        for row, (key, i) in enumerate(todo.items()):
-            index["images"][key] = [chunk_id, row, source.image_id(i)]
-        _write_json(directory / "index.json", index)
+
+
+class CachedEncoder:
+    """A model's frozen encoder (or the frozen prefix of a fine-tuned one) with its feature cache:
+    ``lookup(keys)`` -> the cached (B, L, D) grids (or (B, C, h, w) prefix activations) of images by
+    ``image_key``, which ``CaptionModel.encode_features`` finishes. Built from the model's own encoder
+    (``FeatureCache.bind``), so the cache's key is computed from the weights that train and are saved:
+    there is no second encoder to build or compare. ``add`` encodes a source's missing images first."""
+
+    def __init__(self, cache: FeatureCache, image_size: int):
+        if cache.encoder is None:
+            raise ValueError("CachedEncoder needs a FeatureCache bound to the model's encoder")
+        self.cache, self.image_size = cache, image_size
+        self.prefix = cache.prefix  # None: whole grids; else the stage index the cached prefix stops before
+        self.directory = cache.directory(image_size)
+        self._chunks: list[str] = []
+        self._rows: dict[str, tuple[int, int]] = {}  # image key -> (chunk, row)
+        self._maps: dict[int, np.ndarray] = {}
+
+    def add(self, source: CaptionSource, keys: list[str] | None = None) -> None:
+        """Make the features of every image of ``source`` readable by key (encoding the missing ones)."""
+        keys = [image_key(source, i) for i in range(len(source))] if keys is None else list(keys)
+        stored = self.cache.features(source, self.image_size, keys)
+        if len(stored.chunks) > len(self._chunks):  # chunks are only ever appended
+            self._chunks = list(stored.chunks)
+        for key, (chunk, row) in zip(keys, stored.rows.tolist()):
+            self._rows[key] = (chunk, row)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._rows
+
+    def lookup(self, keys: list[str]) -> Tensor:
+        """(B, L, D) float32 grids (or (B, C, h, w) prefix activations) of the images ``keys``."""
+        missing = [k for k in keys if k not in self._rows]
+        if missing:
+            raise KeyError(
+                f"{len(missing)} image(s) not in the feature cache {self.directory}, e.g. {missing[0]}"
+            )
+        rows = []
+        for key in keys:
+            chunk, row = self._rows[key]
+            if chunk not in self._maps:
+                self._maps[chunk] = np.load(self.directory / self._chunks[chunk], mmap_mode="r")
+            rows.append(self._maps[chunk][row].astype(np.float32))
+        return torch.from_numpy(np.stack(rows))
+
+
+def _on_device(module: nn.Module, device: torch.device) -> bool:
+    """Whether ``module``'s parameters are on ``device`` ("cuda" meaning the current GPU)."""
+    have = next(module.parameters()).device
+    if have.type != device.type:
+        return False
+    if device.index is None and device.type == "cuda":
+        return have.index == torch.cuda.current_device()
+    return device.index is None or have.index == device.index
 
 
 def _read_index(directory: Path, ingredients: dict) -> dict:

@@ -74,14 +74,22 @@ def check_not_all_empty(decoded: list[DecodedCaption], name: str, checkpoint: ob
 
 @torch.no_grad()
 def decode_captions(
-    net, vocab: Vocab, inputs: Tensor, config: GenerationConfig | None = None, generator=None, **options
+    net,
+    vocab: Vocab,
+    inputs: Tensor | None = None,
+    config: GenerationConfig | None = None,
+    generator=None,
+    *,
+    features: Tensor | None = None,
+    **options,
 ) -> list[DecodedCaption]:
-    """Encode ``inputs`` (B, 3, S, S) images or (B, L, D) cached grids with ``net`` (a CaptionModel),
-    ``generate``, and turn every row into words. Returns B·N captions (N = num_return_sequences, an
-    image's adjacent, best first)."""
-    return to_captions(
-        generate(net.decoder, net.encode(inputs), config, generator=generator, **options), vocab
-    )
+    """Encode ``inputs`` (B, 3, S, S) images, or the ``features`` a feature cache stored for its encoder
+    (``CaptionModel.encode_features``), with ``net`` (a CaptionModel), ``generate``, and turn every row
+    into words. Returns B·N captions (N = num_return_sequences, an image's adjacent, best first)."""
+    if (inputs is None) == (features is None):
+        raise ValueError("decode_captions: pass images (inputs) or features, exactly one")
+    grid = net.encode(inputs) if features is None else net.encode_features(features)
+    return to_captions(generate(net.decoder, grid, config, generator=generator, **options), vocab)
 
 
 def to_captions(out: Generated, vocab: Vocab) -> list[DecodedCaption]:

@@ -187,11 +187,15 @@ def decode_source(
                 decoded.skipped.append(str(err))
         if not rows:
             continue
-        batch = torch.stack(rows).to(device)  # (B, 3, S, S) or (B, L, D)
+        batch = torch.stack(rows).to(device)  # (B, 3, S, S) images, or (B, L, D) cached features
+        cached = {"features": batch} if feature_cache is not None else {"images": batch}
         if reranker is None:
-            captions = decode_captions(model.net, model.vocab, batch, generator=generator, **decoding)
+            captions = decode_captions(
+                model.net, model.vocab, cached.get("images"), features=cached.get("features"),
+                generator=generator, **decoding,
+            )  # fmt: skip
         else:
-            grids = model.net.encode(batch)  # (B, L, D)
+            grids = model.net.encode_batch(cached)  # (B, L, D)
             options = reranker.candidates(
                 model.net.decoder, grids, model.vocab, GenerationConfig.from_dict(decoding)
             )
@@ -225,7 +229,8 @@ def frozen_feature_cache(
 def model_inputs(
     model: LoadedCaptioner, source: CaptionSource, feature_cache: FeatureCache | None
 ) -> Callable[[int], torch.Tensor]:
-    """What ``model.net.encode`` reads for image i of ``source``: a cached grid, or the image itself."""
+    """Image i of ``source`` as the model reads it: its cached grid (``model.net.encode_features``) with a
+    ``feature_cache``, else the image itself (``model.net.encode``)."""
     if feature_cache is not None:
         return feature_cache.features(source, model.image_size)
     return ImageLoader(source, model.image_size)
@@ -259,7 +264,8 @@ def build_memory(
                 except ImageError as err:
                     lines.append(str(err))
             if rows:
-                vectors.append(pooled(model.net.encode(torch.stack(rows))))  # (b, D)
+                key = "images" if feature_cache is None else "features"
+                vectors.append(pooled(model.net.encode_batch({key: torch.stack(rows)})))  # (b, D)
     if not kept:
         raise ValueError(
             f"the caption memory has no readable image ({len(lines)} of {len(source)} could not be read; "

@@ -22,6 +22,7 @@ from pytorch_lightning.utilities import GradClipAlgorithmType
 from torch import Tensor, nn
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.data.features import CachedEncoder
 from captioning.data.vocab import Vocab
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.losses import caption_loss
@@ -77,11 +78,45 @@ class CaptionLitModule(pl.LightningModule):
         )
         # (image_id, caption, references, scene item or None) of every decoded val/test image
         self._generated: list[tuple[Any, str, list[str], Any]] = []
+        # The model's encoder with the data's feature cache (data.feature_cache): features by image key
+        self.cached_encoder: CachedEncoder | None = None
+        self._cached_splits: set[str] = set()
 
     # -- starting weights ---------------------------------------------------------------------------
     def on_fit_start(self) -> None:
         if self.init_from and self.trainer.ckpt_path is None:  # a resumed run has its own weights
             self.load_initial_weights(self.init_from)
+        self.prepare_feature_cache(("train", "val"), rebind=True)  # the weights that train are final here
+
+    # -- cached features ------------------------------------------------------------------------------
+    def prepare_feature_cache(self, splits: Sequence[str], rebind: bool = False) -> None:
+        """With a ``feature_cache`` in the datamodule: bind it to this model's encoder (``CachedEncoder``)
+        and encode the missing images of ``splits`` into it (one rank at a time, under the cache's lock)."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        settings = getattr(datamodule, "feature_cache", None)
+        if settings is None:
+            return
+        if rebind or self.cached_encoder is None:
+            self.cached_encoder = CachedEncoder(settings.bind(self.net.encoder), datamodule.image_size)
+            self._cached_splits = set()
+        for name in splits:
+            if name not in self._cached_splits:
+                self.cached_encoder.add(datamodule.sources[name], datamodule.image_keys(name))
+                self._cached_splits.add(name)
+
+    def on_validation_start(self) -> None:
+        self.prepare_feature_cache(("val",))  # trainer.validate alone; in fit, prepared at its start
+
+    def on_test_start(self) -> None:
+        self.prepare_feature_cache(("test",), rebind=True)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """A batch of ``image_keys`` (the datamodule with a feature cache) gets their cached ``features``."""
+        if isinstance(batch, dict) and "image_keys" in batch and batch.get("features") is None:
+            if self.cached_encoder is None:
+                raise RuntimeError("a batch of image keys, but no feature cache is prepared for this model")
+            batch["features"] = self.cached_encoder.lookup(batch["image_keys"])
+        return batch
 
     def load_initial_weights(self, path: str) -> None:
         """Weights only from a checkpoint or export (``init_from``); the vocabulary must be this run's and
@@ -117,7 +152,7 @@ class CaptionLitModule(pl.LightningModule):
     # -- one shared step ------------------------------------------------------------------------------
     def shared_step(self, batch: dict, stage: str) -> Tensor:
         inputs, targets = shift_inputs(batch["tokens"])  # (B, T), (B, T)
-        output = self.net(batch["images"], inputs)
+        output = self.net(batch.get("images"), inputs, features=batch.get("features"))
         terms = caption_loss(output, targets, self.net.decoder, self.label_smoothing)
         b = targets.shape[0]
         # loss = xent (the cross-entropy, nats a word; smoothed if label_smoothing) + attention_reg (λ times the
@@ -153,7 +188,9 @@ class CaptionLitModule(pl.LightningModule):
         """Loss on the references, and the decoded caption of every image for the whole-split scores
         (with its words, attention and scene where scene scores are asked for)."""
         self.shared_step(batch, stage)
-        decoded = decode_captions(self.net, self.vocab, batch["images"], **self.decoding)
+        decoded = decode_captions(
+            self.net, self.vocab, batch.get("images"), features=batch.get("features"), **self.decoding
+        )
         scenes = batch["scenes"]  # None per photo (captioning.data.datamodule.collate)
         if self.scene_metrics and any(scene is None for scene in scenes):
             raise ValueError(

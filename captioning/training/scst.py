@@ -104,7 +104,7 @@ class SelfCriticalLitModule(CaptionLitModule):
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         k = self.num_samples
         self.net.eval()  # sample and score the same policy (no dropout), see the module docstring
-        features = self.net.encode(batch["images"])  # (B, L, D)
+        features = self.net.encode_batch(batch)  # (B, L, D): from images or cached features
         attention = self.net.decoder.attention if self.location_policy else None
         with attention.sampling() if attention is not None else contextlib.nullcontext():
             sampled = generate(

@@ -28,9 +28,10 @@ COLUMNS = ["image_id", "epoch", "caption", "references", "overlay"]
 @dataclass
 class Example:
     image_id: int | str
-    inputs: Tensor  # the model input exactly as in validation: (3, S, S) pixels in [0, 1] or (L, D) cached features
+    inputs: Tensor | None  # the model input exactly as in validation: (3, S, S) pixels in [0, 1], or None
     references: list[str]
     display: np.ndarray | None = None  # (H, W, 3) uint8; None: drawn from ``inputs`` (pixels only)
+    key: str | None = None  # with a feature cache: the image's key there (no pixels in the batch)
 
     @property
     def image(self) -> np.ndarray:
@@ -53,17 +54,29 @@ def first_examples(dataset, num_images: int) -> list[Example]:
     examples = []
     for i in range(min(num_images, len(dataset))):
         item = dataset[i]
-        # Display the source image itself: with a feature cache the model input is (L, D) features.
+        # Display the source image itself: with a feature cache the item has its key, not its pixels.
         display = np.asarray(dataset.split.source.image(item["indices"]))
-        examples.append(Example(item["image_ids"], item["images"], list(item["references"]), display))
+        examples.append(
+            Example(
+                item["image_ids"],
+                item.get("images"),
+                list(item["references"]),
+                display,
+                item.get("image_keys"),
+            )
+        )
     return examples
 
 
 @torch.no_grad()
 def caption_examples(pl_module: pl.LightningModule, examples: list[Example]) -> list[Captioned]:
     """Decode the examples with ``pl_module.net``, its vocabulary and its validation decoding settings."""
-    inputs = torch.stack([ex.inputs for ex in examples]).to(pl_module.device)  # (B, 3, S, S) or (B, L, D)
-    decoded = decode_captions(pl_module.net, pl_module.vocab, inputs, **pl_module.decoding)
+    if examples[0].inputs is not None:
+        inputs = torch.stack([ex.inputs for ex in examples]).to(pl_module.device)  # (B, 3, S, S)
+        decoded = decode_captions(pl_module.net, pl_module.vocab, inputs, **pl_module.decoding)
+    else:  # a feature cache: the module's CachedEncoder has their features
+        features = pl_module.cached_encoder.lookup([ex.key for ex in examples]).to(pl_module.device)
+        decoded = decode_captions(pl_module.net, pl_module.vocab, features=features, **pl_module.decoding)
     return [Captioned(c.words, c.attention.numpy()) for c in decoded]  # (len(words), L) per image
 
 
