@@ -162,8 +162,9 @@ class CaptionDataModule(pl.LightningDataModule):
         none); ``train_flip``: mirrored half the time (swaps left and right, see TrainAugment). Neither
         goes with a ``feature_cache``: augmented pixels differ every epoch, cached features cannot."""
         super().__init__()
-        if batch_size <= 0 or eval_batch_size <= 0:
-            raise ValueError(f"batch sizes must be positive, got {batch_size} and {eval_batch_size}")
+        for key, value in (("data.batch_size", batch_size), ("data.eval_batch_size", eval_batch_size)):
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ValueError(f"{key}={value!r}: expected an integer >= 1")
         if test is None:  # never an alias of val: a "test" score of the dev images would be a lie
             test = MissingSplit("the data config has no test split (data.test is null); evaluate split=val")
         self.sources = {"train": train, "val": val, "test": test}
