@@ -185,7 +185,7 @@ def test_caption_notes_once_that_a_synthetic_model_captions_photos(tmp_path, sce
         Image.fromarray(np.random.default_rng(i).integers(0, 256, (150, 200, 3), dtype=np.uint8)).save(
             photos[-1]
         )
-    synthetic = Path(__file__).resolve().parents[1] / "docs" / "models" / "synthetic_soft.safetensors"
+    synthetic = Path(__file__).resolve().parents[2] / "docs" / "models" / "synthetic_soft.safetensors"
     assert main(["caption", str(scene_files[0]), "--checkpoint", str(synthetic)]) == 0
     assert capsys.readouterr().err == ""  # a synthetic scene: nothing to say
     assert main(["caption", *map(str, photos), "--checkpoint", str(synthetic)]) == 0

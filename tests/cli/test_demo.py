@@ -40,7 +40,7 @@ BROWSER_ARGS = [
     "--no-first-run",
 ]  # fmt: skip  (no outside network here: no background calls)
 SCREENSHOTS = Path(os.environ.get("CAPTIONING_SCREENSHOTS", "outputs/screenshots"))
-ZOO_MODEL = Path(__file__).resolve().parents[1] / "docs" / "models" / "synthetic_soft.safetensors"
+ZOO_MODEL = Path(__file__).resolve().parents[2] / "docs" / "models" / "synthetic_soft.safetensors"
 UPLOAD_LIMIT_MB = 1  # the browser tests' server: --max-upload-mb 1
 
 slow = pytest.mark.slow

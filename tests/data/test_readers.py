@@ -18,7 +18,7 @@ from captioning.data.readers import (
     read_karpathy,
 )
 
-FLICKR8K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "flickr8k"
+FLICKR8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "flickr8k"
 
 
 def _jpeg(path: Path) -> None:

@@ -186,8 +186,8 @@ def test_a_generated_caption_never_repeats_a_blocked_ngram(decoder, options):
             assert not _repeats([t for t in row if t != Vocab.pad_id], n), (n, row)
 
 
-ZOO = Path(__file__).resolve().parents[1] / "docs" / "models"
-FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
+ZOO = Path(__file__).resolve().parents[2] / "docs" / "models"
+FLICKR8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "flickr8k"
 
 
 def test_the_gumbel_zoo_model_never_repeats_a_blocked_ngram_on_photos(tmp_path):

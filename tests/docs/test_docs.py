@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 RUNNABLE_PAGES = ["README.md", "docs/getting-started.md"]
 FENCE = re.compile(r"<!-- runnable[^>]*-->\s*\n```(bash|python)[^\n]*\n(.*?)\n```", re.S)

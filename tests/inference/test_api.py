@@ -203,7 +203,7 @@ def test_sampled_candidates_are_sorted_and_the_caption_is_the_best(ckpt, scene_p
     assert result is result.candidates[0] and result.score == max(scores)
 
 
-ZOO_SOFT = Path(__file__).resolve().parents[1] / "docs" / "models" / "flickr8k_soft_scst.safetensors"
+ZOO_SOFT = Path(__file__).resolve().parents[2] / "docs" / "models" / "flickr8k_soft_scst.safetensors"
 
 
 @pytest.fixture(scope="module")

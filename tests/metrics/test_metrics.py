@@ -27,7 +27,7 @@ from captioning.metrics.coco import (
     tokenize_captions,
 )
 
-DEMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco_caption_eval"
+DEMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "coco_caption_eval"
 needs_demo = pytest.mark.skipif(not DEMO.is_dir(), reason=f"coco-caption demo data not at {DEMO}")
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="`java` is not on PATH")
 

@@ -31,8 +31,8 @@ from captioning.models.encoders import (
     TorchvisionEncoder,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-FLICKR8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
+REPO = Path(__file__).resolve().parents[2]
+FLICKR8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "flickr8k"
 DOG_CLASSES = range(151, 269)  # ImageNet-1k indices of the dog breeds
 
 

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "captioning"
+PACKAGE = Path(__file__).resolve().parents[2] / "captioning"
 ENTRY_POINTS = ("captioning.cli", "captioning.training.train", "captioning.benchmarks")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import soft_vs_hard  # noqa: E402
 
 from captioning.metrics.bootstrap import image_stats, paired_bootstrap, pooled  # noqa: E402

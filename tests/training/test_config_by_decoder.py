@@ -10,7 +10,7 @@ from captioning.training.build import build_model
 
 from conftest import TINY, compose_train
 
-CONF = Path(__file__).resolve().parents[1] / "captioning" / "conf"
+CONF = Path(__file__).resolve().parents[2] / "captioning" / "conf"
 DECODERS = sorted(p.stem for p in (CONF / "model" / "decoder").glob("*.yaml"))
 DATA = sorted(p.stem for p in (CONF / "data").glob("*.yaml"))
 
