@@ -12,7 +12,7 @@ import torch
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.cli.main import main as captioning_main
 
-from hostile import (
+from support.hostile import (
     assert_one_line,
     mutated,
     set_config,

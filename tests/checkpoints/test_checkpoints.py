@@ -1,6 +1,6 @@
 """Loading a checkpoint for captioning never runs code and refuses every broken file clearly.
 
-Each broken checkpoint is derived at test time from a good one (tests/corpus.py builds it from the real
+Each broken checkpoint is derived at test time from a good one (tests/support/corpus.py builds it from the real
 composed config). Malicious files would ``touch`` a marker file if any of their code ran.
 """
 
@@ -20,8 +20,8 @@ from captioning.checkpoints.load import CheckpointError, load_captioner, read_ch
 from captioning.cli.main import main
 from captioning.decoding import GenerationConfig
 
-from conftest import DECODERS
-from corpus import build_module, checkpoint_dict, write_checkpoint
+from support import DECODERS
+from support.corpus import build_module, checkpoint_dict, write_checkpoint
 
 
 class RunsCommand:
@@ -219,7 +219,7 @@ def test_every_model_config_names_a_registered_class() -> None:
 
     from captioning.models.registry import MODEL_CLASSES
 
-    from conftest import CONF
+    from support import CONF
 
     targets = {
         OmegaConf.load(f).get("_target_")

@@ -10,7 +10,7 @@ import pytest
 from captioning import Captioner
 from captioning.checkpoints.export import read_export
 
-from conftest import REPO, SHARED_DATA
+from support import REPO, SHARED_DATA
 
 ZOO = sorted((REPO / "docs" / "models").glob("flickr8k_*.safetensors"))
 FLICKR8K = SHARED_DATA / "flickr8k"

@@ -11,7 +11,7 @@ import pytest
 from captioning import zoo
 from captioning.cli.main import main
 
-from conftest import REPO
+from support import REPO
 
 DOCS_MODELS = REPO / "docs" / "models"
 

@@ -15,7 +15,7 @@ from captioning.cli.main import main
 from captioning.cli.main import main as captioning_main
 from captioning.data.synthetic import render_scene
 
-from corpus import (
+from support.corpus import (
     BAD_IMAGE_NAMES,
     BLUE,
     RED,
@@ -25,7 +25,7 @@ from corpus import (
     write_bad_images,
     write_checkpoint,
 )
-from hostile import (
+from support.hostile import (
     assert_one_line,
     error_lines,
 )

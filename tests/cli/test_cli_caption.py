@@ -10,7 +10,7 @@ from PIL import Image
 from captioning.cli.main import main
 from captioning.data.synthetic import render_scene
 
-from corpus import write_checkpoint
+from support.corpus import write_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_overlay_paths_of_one_pattern_are_numbered_and_named_and_documented(tmp_
 def test_a_transformer_overlay_says_it_is_head_averaged_cross_attention(tmp_path):
     from captioning import Captioner
 
-    from corpus import write_checkpoint
+    from support.corpus import write_checkpoint
 
     lstm = write_checkpoint(tmp_path / "lstm.ckpt")
     transformer = write_checkpoint(tmp_path / "tf.ckpt", extra=["model/decoder=transformer"])
@@ -166,7 +166,7 @@ def test_caption_fails_when_every_caption_is_empty_naming_the_checkpoint(scene_f
 
     from captioning.data.vocab import Vocab
 
-    from corpus import build_module, checkpoint_dict
+    from support.corpus import build_module, checkpoint_dict
 
     checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
     checkpoint["state_dict"]["net.decoder.out.bias"][Vocab.end_id] = 3e4  # huge, finite: <end> at once

@@ -28,7 +28,7 @@ from captioning.data.synthetic import render_scene
 from captioning.inference import demo
 from captioning.inference.captioner import CaptionResult
 
-from corpus import write_checkpoint
+from support.corpus import write_checkpoint
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_ARGS = [

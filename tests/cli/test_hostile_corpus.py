@@ -19,8 +19,8 @@ from PIL import Image
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.cli.main import main as captioning_main
 
-from corpus import write_bad_images
-from hostile import (
+from support.corpus import write_bad_images
+from support.hostile import (
     assert_one_line,
     error_lines,
     mutated,

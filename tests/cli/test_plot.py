@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from captioning.cli.main import main as captioning_main
 
-from hostile import (
+from support.hostile import (
     assert_one_line,
 )
 

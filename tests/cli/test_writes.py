@@ -26,7 +26,7 @@ from captioning.writes import (
     output,
 )
 
-from hostile import assert_one_line, exported
+from support.hostile import assert_one_line, exported
 
 GRID = ["--num-beams", "1", "--length-penalty", "0", "--no-repeat-ngram-size", "0"]
 VAL = ["data=synthetic", "data.val.num_images=4", "feature_cache=false"]

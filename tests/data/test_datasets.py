@@ -12,8 +12,8 @@ from PIL import Image
 
 from captioning.data.readers import DatasetError
 
-from conftest import compose_train
-from corpus import RED
+from support import compose_train
+from support.corpus import RED
 
 
 def _karpathy_files(root: Path) -> Path:

@@ -4,7 +4,7 @@ import pytest
 
 from captioning.training.train import train
 
-from conftest import SHARED_DATA, compose_train
+from support import SHARED_DATA, compose_train
 
 FLICKR8K = SHARED_DATA / "flickr8k"
 pytestmark = pytest.mark.skipif(
@@ -50,7 +50,7 @@ def test_a_sweep_of_flickr8k_experiments_shares_the_feature_cache_and_is_aggrega
     import subprocess
     import sys
 
-    from helpers import load_script
+    from support.helpers import load_script
 
     compare = load_script("compare")
     sweep, cache = tmp_path / "sweep", tmp_path / "cache"

@@ -16,7 +16,7 @@ from PIL import Image
 from captioning.cli.main import main as captioning_main
 from captioning.data.images import ImageError, load_rgb
 
-from corpus import (
+from support.corpus import (
     BAD_IMAGE_NAMES,
     BLUE,
     RED,

@@ -6,8 +6,8 @@ import torch
 from captioning.decoding import beam_search, greedy
 from captioning.models.decoders.base import Decoder
 
-from conftest import ATTENTIONS, DECODERS
-from helpers import build_net, random_batch
+from support import ATTENTIONS, DECODERS
+from support.helpers import build_net, random_batch
 
 V = 12
 # Every decoder, and the LSTM with every attention layer: beam search gives each layer K query rows per

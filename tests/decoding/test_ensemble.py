@@ -15,9 +15,9 @@ from captioning.data.features import state_dict_hash
 from captioning.decoding import generate
 from captioning.models.decoders.ensemble import EnsembleDecoder
 
-from conftest import DECODERS
-from corpus import build_module, checkpoint_dict
-from helpers import build_net, random_batch
+from support import DECODERS
+from support.corpus import build_module, checkpoint_dict
+from support.helpers import build_net, random_batch
 
 
 def _members(names=DECODERS):  # every decoder config of captioning/conf/model/decoder/, over the same grid

@@ -7,8 +7,8 @@ from captioning.data.vocab import Vocab
 from captioning.decoding import GenerationConfig, beam_search, generate, greedy
 from captioning.decoding.processors import banned_ngram_mask, repetition_penalty, warp
 
-from conftest import DECODERS
-from helpers import build_net, random_batch
+from support import DECODERS
+from support.helpers import build_net, random_batch
 
 V = 12
 

@@ -15,7 +15,7 @@ from captioning.data.synthetic import render_scene
 from captioning.inference.captioner import Captioner
 from captioning.training.train import train
 
-from conftest import REPO, TINY, compose_train
+from support import REPO, TINY, compose_train
 
 NOTEBOOKS = REPO / "notebooks"
 

@@ -17,7 +17,7 @@ from captioning.cli.main import main
 from captioning.data.synthetic import render_scene
 from captioning.training.lit_module import CaptionLitModule
 
-from corpus import write_checkpoint
+from support.corpus import write_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_demo_answers_bad_uploads_with_one_line_naming_the_file(tmp_path, monkey
     """What the demo page says for uploads that are not usable images (the browser test covers one)."""
     from captioning.inference import demo
 
-    from corpus import png_bytes
+    from support.corpus import png_bytes
 
     huge = tmp_path / "huge.png"
     huge.write_bytes(png_bytes(20000, 20000, None))  # a 70-byte header claiming 400M pixels
@@ -270,7 +270,7 @@ def test_a_model_that_captions_everything_empty_is_an_error_naming_the_checkpoin
     from captioning.data.vocab import Vocab
     from captioning.inference.captioner import BrokenOutput
 
-    from corpus import build_module, checkpoint_dict
+    from support.corpus import build_module, checkpoint_dict
 
     checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
     checkpoint["state_dict"]["net.decoder.out.bias"][Vocab.end_id] = 3e4  # finite, and <end> always wins
@@ -301,7 +301,7 @@ def test_a_synthetic_scene_model_warns_once_when_it_captions_a_photo(ckpt, scene
 def test_unk_is_left_out_of_the_caption_and_kept_in_the_tokens(tmp_path, scene_png):
     from captioning.data.vocab import Vocab
 
-    from corpus import build_module, checkpoint_dict
+    from support.corpus import build_module, checkpoint_dict
 
     checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
     checkpoint["state_dict"]["net.decoder.out.bias"][Vocab.unk_id] = 50.0  # <unk> first, then words

@@ -110,7 +110,7 @@ def test_the_caption_command_refuses_a_nan_memory_in_one_line(
 ) -> None:
     from captioning.cli.main import main
 
-    from hostile import assert_one_line
+    from support.hostile import assert_one_line
 
     memory = write_memory(tmp_path / "memory.safetensors", rows((0, float("nan"))))
     assert main(["caption", str(photo), "--checkpoint", str(good_checkpoint), "--rerank", str(memory)]) == 2

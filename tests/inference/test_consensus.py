@@ -21,8 +21,8 @@ from captioning.metrics.cider import CiderD
 from captioning.models.decoders.ensemble import EnsembleDecoder
 from captioning.training.train import train
 
-from conftest import TINY, compose_train
-from helpers import load_script
+from support import TINY, compose_train
+from support.helpers import load_script
 
 REFS = [
     ["a dog runs on the grass", "a brown dog running through grass", "the dog is running"],
@@ -330,7 +330,7 @@ def test_a_non_finite_or_mistyped_rerank_setting_is_refused_at_start(key, value)
 
 
 def test_caption_rerank_honours_num_beams_and_refuses_sampling_options(tmp_path, capsys):
-    from corpus import write_checkpoint
+    from support.corpus import write_checkpoint
 
     checkpoint = str(write_checkpoint(tmp_path / "m.ckpt"))
     captioner = Captioner.from_checkpoint(checkpoint)
@@ -362,7 +362,7 @@ def test_the_caption_memory_skips_an_unreadable_training_image_and_reports_it(tm
     from captioning.data.images import ImageError
     from captioning.inference.evaluation import build_memory
 
-    from corpus import write_checkpoint
+    from support.corpus import write_checkpoint
 
     class OneBroken(SyntheticSource):
         def image(self, i):

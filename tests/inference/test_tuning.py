@@ -15,7 +15,7 @@ from captioning.cli.main import main
 from captioning.inference.tuning import SplitScorer, TuningRow, best, grid, held_out
 from captioning.metrics.cider import CiderD
 
-from corpus import write_checkpoint
+from support.corpus import write_checkpoint
 
 
 class Refs:
@@ -184,7 +184,7 @@ def test_tune_holds_the_other_decoding_flags_fixed_and_refuses_an_override_of_a_
 def test_tune_stops_in_one_line_when_every_caption_is_empty(tmp_path: Path, capsys) -> None:
     from captioning.data.vocab import Vocab
 
-    from corpus import build_module, checkpoint_dict
+    from support.corpus import build_module, checkpoint_dict
 
     checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
     checkpoint["state_dict"]["net.decoder.out.bias"][Vocab.end_id] = 3e4  # huge, finite: <end> at once
@@ -213,8 +213,8 @@ def _lite_checkpoint(path: Path) -> Path:
     from captioning.data.vocab import SPECIALS, Vocab
     from captioning.training.build import build_model
 
-    from conftest import compose_train
-    from corpus import checkpoint_dict
+    from support import compose_train
+    from support.corpus import checkpoint_dict
 
     cfg = compose_train(["experiment=flickr8k_cached", "debug=tiny_cached"])
     torch.manual_seed(0)

@@ -8,7 +8,7 @@ import pytest
 
 from captioning.cli.main import main as captioning_main
 
-from hostile import (
+from support.hostile import (
     assert_one_line,
 )
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import ATTENTIONS, CONF
+from support import ATTENTIONS, CONF
 
 
 def build_attention(name: str, feature_dim: int = 8, query_dim: int = 6):

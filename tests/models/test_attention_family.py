@@ -10,7 +10,7 @@ from captioning.decoding import beam_search, greedy
 from captioning.losses import caption_loss
 from captioning.models.decoders.base import shift_inputs
 
-from helpers import assert_step_matches_forward, build_net, random_batch
+from support.helpers import assert_step_matches_forward, build_net, random_batch
 
 V = 12
 FAMILY = ["dot", "scaled_dot", "multihead"]

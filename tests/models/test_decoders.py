@@ -13,8 +13,8 @@ from captioning.models.decoders.base import shift_inputs
 from captioning.models.decoders.lstm import LSTMDecoder
 from captioning.models.position import sinusoidal_2d
 
-from conftest import DECODERS
-from helpers import assert_step_matches_forward, build_net, random_batch
+from support import DECODERS
+from support.helpers import assert_step_matches_forward, build_net, random_batch
 
 V = 12
 

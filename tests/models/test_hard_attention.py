@@ -24,8 +24,8 @@ from captioning.models.decoders.base import shift_inputs
 from captioning.training.callbacks.grad_norm import AttentionGradNorm
 from captioning.training.train import train
 
-from conftest import CONF, TINY, compose_train
-from helpers import build_net, random_batch
+from support import CONF, TINY, compose_train
+from support.helpers import build_net, random_batch
 
 
 @pytest.mark.parametrize("cls", [ReinforceHardAttention, GumbelHardAttention])

@@ -7,7 +7,7 @@ from captioning.benchmarks.reference import ReferenceSoftLSTM
 from captioning.losses import caption_loss
 from captioning.models.recurrent_linear import recurrent_linear
 
-from helpers import build_net, random_batch
+from support.helpers import build_net, random_batch
 
 
 def unroll(weight: torch.Tensor, x0: torch.Tensor, inputs: torch.Tensor, deferred: bool) -> torch.Tensor:

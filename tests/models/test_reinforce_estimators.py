@@ -18,8 +18,8 @@ from captioning.models.attention.estimators import (
 from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.models.decoders.base import shift_inputs
 
-from helpers import build_net, random_batch
-from helpers import reinforce_layer as reinforce
+from support.helpers import build_net, random_batch
+from support.helpers import reinforce_layer as reinforce
 
 # Toy problem: one categorical choice s ~ softmax(θ) over 4 locations, reward f(s). The large common
 # offset is what a baseline removes: it adds variance to the plain estimator but nothing to E[∇].

@@ -4,7 +4,7 @@ curriculum, the entropy bonus's fade (and its delay) or its end as a penalty, an
 import pytest
 import torch
 
-from helpers import reinforce_layer as reinforce
+from support.helpers import reinforce_layer as reinforce
 
 # p 1 -> 0 and λ_H 0.01 -> 0 over anneal_steps batches (each test sets its own window)
 CURRICULUM = dict(semi_sampling_p=1.0, semi_sampling_final=0.0, entropy_weight=0.01, entropy_weight_final=0.0)
@@ -111,7 +111,7 @@ def test_soft_to_hard_curriculum_anneals_per_training_batch_and_is_checkpointed(
 def test_the_default_bonus_holds_through_the_comparison_recipe_and_fades_before_a_full_run_ends():
     from hydra.utils import instantiate
 
-    from conftest import compose_train
+    from support import compose_train
 
     cfg = compose_train(["model/decoder=hard_reinforce"]).model.decoder.attention
     layer = instantiate(cfg)(feature_dim=8, query_dim=8)  # _partial_: the decoder supplies the sizes

@@ -16,7 +16,7 @@ from captioning.models.position import (
     square_grid_side,
 )
 
-from helpers import build_net, random_batch
+from support.helpers import build_net, random_batch
 
 V = 12
 

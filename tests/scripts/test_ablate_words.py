@@ -6,9 +6,9 @@ import sys
 
 import torch
 
-from conftest import REPO
-from corpus import build_module
-from helpers import load_script
+from support import REPO
+from support.corpus import build_module
+from support.helpers import load_script
 
 sys.path.insert(0, str(REPO / "scripts"))  # the script imports its neighbour scene_accuracy
 ablate = load_script("ablate_words")

@@ -9,8 +9,8 @@ import torch
 from captioning.benchmarks.reference import ReferenceSoftLSTM, per_image_beam_search
 from captioning.decoding import beam_search
 
-from conftest import REPO
-from helpers import build_net, random_batch
+from support import REPO
+from support.helpers import build_net, random_batch
 
 V = 12
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import DECODERS, TINY
-from helpers import load_script
+from support import DECODERS, TINY
+from support.helpers import load_script
 
 compare = load_script("compare")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from corpus import build_module
-from helpers import load_script
+from support.corpus import build_module
+from support.helpers import load_script
 
 ev = load_script("estimator_variance")
 

@@ -8,7 +8,7 @@ import pytest
 
 from captioning.benchmarks import gpu_check
 
-from conftest import REPO
+from support import REPO
 
 SYNTHETIC = REPO / "docs" / "models" / "synthetic_soft.safetensors"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import compose_train
-from helpers import load_script
+from support import compose_train
+from support.helpers import load_script
 
 make_train = load_script("train_and_caption")
 

@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import scene_accuracy  # noqa: E402
+
 import third_renderer  # noqa: E402
 
 MODEL = ROOT / "docs" / "models" / "synthetic_soft.safetensors"

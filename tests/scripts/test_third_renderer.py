@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+
 from third_renderer import references, render
 
 NOMINAL = {

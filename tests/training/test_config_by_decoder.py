@@ -8,7 +8,7 @@ import pytest
 from captioning.data.vocab import Vocab
 from captioning.training.build import build_model
 
-from conftest import TINY, compose_train
+from support import TINY, compose_train
 
 CONF = Path(__file__).resolve().parents[2] / "captioning" / "conf"
 DECODERS = sorted(p.stem for p in (CONF / "model" / "decoder").glob("*.yaml"))

@@ -12,8 +12,8 @@ from captioning.cli.main import main as captioning_main
 from captioning.data.sources import SyntheticSource
 from captioning.training.train import train
 
-from conftest import TINY, compose_train
-from hostile import (
+from support import TINY, compose_train
+from support.hostile import (
     assert_one_line,
     run_train,
 )

@@ -9,7 +9,7 @@ from captioning.cli.main import main
 from captioning.training.curves import read_series
 from captioning.training.train import train
 
-from conftest import TINY, compose_train
+from support import TINY, compose_train
 
 
 def test_a_run_draws_its_curves_and_prints_progress_lines(tmp_path, capsys):

@@ -29,7 +29,7 @@ from captioning.training.build import build_net
 from captioning.training.lit_module import CaptionLitModule
 from captioning.training.train import train
 
-from conftest import DECODERS, TINY, compose_train
+from support import DECODERS, TINY, compose_train
 
 METRICS = ["Bleu_1", "Bleu_4", "CIDEr"]
 VAL_IMAGES = 7  # odd: the DistributedSampler pads rank 1 with a duplicate of image 0

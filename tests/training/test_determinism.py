@@ -14,7 +14,7 @@ from captioning.data.synthetic import render_scene
 from captioning.inference.captioner import Captioner
 from captioning.training.train import train
 
-from conftest import TINY, compose_train
+from support import TINY, compose_train
 
 # 8 scenes x 5 captions / batch 8 = 5 optimizer steps, then a validation pass that decodes 8 images.
 RUN = [*TINY, "data.train.num_images=8", "trainer.max_epochs=1", "logger=csv", "trainer.log_every_n_steps=1"]

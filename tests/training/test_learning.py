@@ -14,7 +14,7 @@ from captioning.metrics.coco import score_captions
 from captioning.training.train import train
 
 from alt_renderer import references, render
-from conftest import compose_train
+from support import compose_train
 
 pytestmark = pytest.mark.slow
 

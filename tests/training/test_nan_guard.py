@@ -13,7 +13,7 @@ from captioning.training.callbacks.finite_loss import FiniteLossGuard, NonFinite
 from captioning.training.lit_module import CaptionLitModule
 from captioning.training.train import train
 
-from conftest import TINY, compose_train
+from support import TINY, compose_train
 
 BAD_STEP = 4  # the loss of the batch taken at global step 4 is NaN; last.ckpt is written every 2 steps
 
@@ -100,7 +100,7 @@ def test_non_finite_weights_are_never_written_nor_loaded(tmp_path):
     from captioning.checkpoints.load import CheckpointError, load_captioner
     from captioning.checkpoints.save import AtomicCheckpointIO, NonFiniteWeightsError
 
-    from corpus import build_module, checkpoint_dict
+    from support.corpus import build_module, checkpoint_dict
 
     checkpoint = checkpoint_dict(build_module(["a", "red", "circle"]))
     name = next(k for k, v in checkpoint["state_dict"].items() if v.is_floating_point())

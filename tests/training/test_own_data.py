@@ -17,7 +17,7 @@ from captioning.errors import one_line
 from captioning.training.train import train
 from captioning.training.validate import ConfigError
 
-from conftest import TINY, compose_train
+from support import TINY, compose_train
 
 COLORS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (30, 40, 220)}
 THINGS = ("dog", "cat", "ball")

@@ -24,8 +24,8 @@ from captioning.data.sources import SyntheticSource
 from captioning.training.resume import ResumeError, check_resume_matches, resolve_ckpt_path
 from captioning.training.train import train
 
-from conftest import REPO, TINY, compose_train
-from corpus import build_module, checkpoint_dict, write_checkpoint
+from support import REPO, TINY, compose_train
+from support.corpus import build_module, checkpoint_dict, write_checkpoint
 
 EVERY = 5  # last.ckpt every EVERY optimizer steps in the killed run
 # 200 scenes x 5 captions / batch 8 = 125 steps in the epoch: the kill lands well inside it.

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hostile import (
+from support.hostile import (
     assert_one_line,
     mutated,
     poison_weights,
@@ -22,7 +22,7 @@ from hostile import (
 def test_a_run_that_never_validated_names_its_last_checkpoint(tmp_path) -> None:
     from captioning.training.train import train
 
-    from conftest import TINY, compose_train
+    from support import TINY, compose_train
 
     best = train(compose_train([*TINY, "trainer.max_steps=2"], tmp_path))
     assert best == str(tmp_path / "checkpoints" / "last.ckpt") and Path(best).is_file()
@@ -44,7 +44,7 @@ def test_resuming_from_a_checkpoint_with_non_finite_weights_names_it(
 ) -> None:
     from captioning.training.train import train
 
-    from conftest import TINY, compose_train
+    from support import TINY, compose_train
 
     run = tmp_path / "run"
     train(compose_train([*TINY, "trainer.max_steps=2"], run))
@@ -115,7 +115,7 @@ def test_last_ckpt_holds_the_end_of_training_and_resuming_extends_it(tmp_path, m
 def test_resume_and_start_settings_of_round_seven(tmp_path, monkeypatch, capsys) -> None:
     from captioning.training.resume import ResumeError, check_resume_matches
 
-    from corpus import build_module, checkpoint_dict
+    from support.corpus import build_module, checkpoint_dict
 
     run = tmp_path / "run"
     assert run_train(["init_from=", "trainer.max_steps=3"], run, monkeypatch) == 2

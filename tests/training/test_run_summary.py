@@ -6,7 +6,7 @@ import json
 
 from captioning.training.train import train
 
-from conftest import TINY, compose_train
+from support import TINY, compose_train
 
 FAST = [*TINY, "trainer.limit_train_batches=2", "trainer.enable_progress_bar=false"]
 

@@ -21,7 +21,7 @@ from captioning.training.resume import ResumeError
 from captioning.training.train import StoppedBySignal, train
 from captioning.training.validate import ConfigError, check_config
 
-from conftest import SHARED_DATA, TINY, compose_train
+from support import SHARED_DATA, TINY, compose_train
 
 DEMO = SHARED_DATA / "coco_caption_eval"
 WORDS = [
@@ -103,7 +103,7 @@ def test_init_from_another_vocabulary_is_refused_naming_both(tmp_path):
 
 
 def _hard_module():
-    from corpus import build_module
+    from support.corpus import build_module
 
     return build_module(["a", "red", "circle", "square", "left", "of"], ["model/decoder=hard_reinforce"])
 
@@ -178,7 +178,7 @@ def load_captioner_vocab():
 
 
 def test_a_soft_attention_checkpoint_starts_a_hard_attention_run(tmp_path):
-    from corpus import build_module, write_checkpoint
+    from support.corpus import build_module, write_checkpoint
 
     words = ["a", "red", "circle", "square", "left", "of"]
     soft = write_checkpoint(tmp_path / "soft.ckpt", words)

@@ -9,7 +9,7 @@ import torch
 from captioning.checkpoints.load import load_captioner
 from captioning.training.train import train
 
-from conftest import DECODERS, TINY, compose_train
+from support import DECODERS, TINY, compose_train
 
 
 @pytest.mark.parametrize("decoder", DECODERS)

@@ -27,7 +27,7 @@ from captioning.training.build import build_net
 from captioning.training.callbacks.wandb_table import COLUMNS, Example, WandbAttentionTable, caption_examples
 from captioning.training.train import instantiate_dict, train
 
-from conftest import REPO, TINY, compose_train
+from support import REPO, TINY, compose_train
 
 NUM_IMAGES = 3
 

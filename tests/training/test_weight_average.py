@@ -15,7 +15,7 @@ from captioning.training.callbacks.weight_average import WeightAverage
 from captioning.training.resume import ResumeError
 from captioning.training.train import train
 
-from conftest import TINY, compose_train
+from support import TINY, compose_train
 
 # 24 scenes x 5 captions / batch 8 = 15 steps per epoch; validation at its end.
 RUN = [*TINY, "callbacks=weight_average", "callbacks.weight_average.decay=0.9", "trainer.max_epochs=1"]

@@ -1,7 +1,7 @@
 """The COCO recipe (experiment=coco_*, docs/guides/coco.md) on a Karpathy-format replica, on the CPU.
 
 Every coco_* experiment composes at its 8-GPU sizes and trains a few steps on the replica
-(tests/coco_replica.py) with tiny overrides; the soft one is resumed (ckpt_path=last continues the step
+(tests/support/coco_replica.py) with tiny overrides; the soft one is resumed (ckpt_path=last continues the step
 count) and fine-tuned by SCST from its XE checkpoint; two CPU ranks (gloo) share one feature cache; and a
 2-node launch (torchrun, one rank per "node") is simulated on this machine.
 """
@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from coco_replica import SPLITS, replica_overrides, write_karpathy_replica
 
 from captioning.data.readers import read_karpathy
 from captioning.training.train import train
 
-from conftest import compose_train
+from support import compose_train
+from support.coco_replica import SPLITS, replica_overrides, write_karpathy_replica
 
 EXPERIMENTS = ["coco_soft", "coco_hard_reinforce", "coco_hard_gumbel", "coco_transformer"]
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/, where the support package is
 STEPS = 2  # optimizer steps per epoch in the runs below
 
 
@@ -171,7 +171,7 @@ def run_ranks(commands: list[tuple[list[str], dict]], cwd: Path) -> list[str]:
 
 def probe(out_dir: Path) -> list[str]:
     return [
-        "+callbacks.rank_probe._target_=coco_replica.RankProbe",
+        "+callbacks.rank_probe._target_=support.coco_replica.RankProbe",
         f"+callbacks.rank_probe.out_dir={out_dir}",
     ]
 

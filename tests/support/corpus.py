@@ -1,0 +1,123 @@
+"""The bad-input corpus, generated at test time (no binary blobs in the repo).
+
+Images that must be refused with a clear error, images that are odd but valid, hand-built PNG headers
+(a 20000×20000 image in 70 bytes), and a tiny captioning checkpoint to derive broken ones from.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from captioning.data.vocab import SPECIALS, Vocab
+from captioning.training.build import build_model
+from captioning.training.lit_module import CaptionLitModule
+
+from support import TINY, compose_train
+
+RED, BLUE, WHITE = (255, 0, 0), (0, 0, 255), (255, 255, 255)
+BAD_IMAGE_NAMES = (
+    "truncated.jpg",
+    "truncated.png",
+    "corrupt_header.jpg",
+    "corrupt_data.png",
+    "text.jpg",
+    "empty.jpg",
+    "huge.png",
+    "big.png",
+    "missing.png",
+    "folder.jpg",
+)
+
+
+def png_bytes(
+    width: int, height: int, pixels: bytes | None, bit_depth: int = 8, color_type: int = 2
+) -> bytes:
+    """A PNG written by hand: signature, IHDR, IDAT (only if ``pixels``), IEND; ``pixels`` are raw rows."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    idat = chunk(b"IDAT", zlib.compress(pixels)) if pixels is not None else b""
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + idat + chunk(b"IEND", b"")
+
+
+def rgb48_png(top: tuple[int, int, int], bottom: tuple[int, int, int], size: int = 4) -> bytes:
+    """16 bits per channel RGB: rows of ``top`` then ``bottom`` (16-bit samples), filter byte 0 per row."""
+    rows = b""
+    for y in range(size):
+        sample = top if y < size // 2 else bottom
+        rows += b"\x00" + struct.pack(">3H", *sample) * size
+    return png_bytes(size, size, rows, bit_depth=16)
+
+
+def jpeg_with_raw_exif(path: Path, image: Image.Image, entries: list[tuple[int, int, int, bytes]]) -> None:
+    """A JPEG whose EXIF block is hand-built: one IFD of (tag, TIFF type, count, 4 value bytes) entries."""
+    tiff = b"MM\x00\x2a" + struct.pack(">IH", 8, len(entries))  # big-endian header, IFD at offset 8
+    for tag, kind, count, value in entries:
+        tiff += struct.pack(">HHI", tag, kind, count) + value
+    image.save(path, "JPEG", quality=95, exif=b"Exif\x00\x00" + tiff + struct.pack(">I", 0))
+
+
+def halves(width: int, height: int, left: tuple, right: tuple) -> Image.Image:
+    array = np.zeros((height, width, 3), np.uint8)
+    array[:, : width // 2], array[:, width // 2 :] = left, right
+    return Image.fromarray(array)
+
+
+def write_bad_images(folder: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (path, fragment the ImageError message must contain besides the path)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    noise = Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8))
+    noise.save(folder / "whole.jpg", quality=90)
+    noise.save(folder / "whole.png")
+    jpeg, png = (folder / "whole.jpg").read_bytes(), (folder / "whole.png").read_bytes()
+    corrupt_png = bytearray(png)
+    corrupt_png[len(png) // 2 : len(png) // 2 + 16] = b"\xff" * 16  # inside IDAT: the CRC no longer matches
+    files = {
+        "truncated.jpg": (jpeg[: len(jpeg) // 2], "not a readable image"),
+        "truncated.png": (png[: len(png) * 3 // 5], "not a readable image"),
+        "corrupt_header.jpg": (jpeg[:2] + b"\x00" * 40 + jpeg[42:], "not a readable image"),
+        "corrupt_data.png": (bytes(corrupt_png), "not a readable image"),
+        "text.jpg": (b"this is a caption, not a JPEG\n", "not a readable image"),
+        "empty.jpg": (b"", "the file is empty (0 bytes)"),
+        "huge.png": (png_bytes(20000, 20000, None), "too many pixels: more than the 40,000,000 allowed"),
+        "big.png": (png_bytes(8000, 6000, None), "8000×6000 pixels is more than the 40,000,000 allowed"),
+    }
+    out = {}
+    for name, (data, fragment) in files.items():
+        (folder / name).write_bytes(data)
+        out[name] = (folder / name, fragment)
+    out["missing.png"] = (folder / "missing.png", "no such image file")
+    (folder / "folder.jpg").mkdir(exist_ok=True)
+    out["folder.jpg"] = (folder / "folder.jpg", "is a folder, not an image file")
+    (folder / "whole.jpg").unlink()
+    (folder / "whole.png").unlink()
+    return out
+
+
+def build_module(words: list[str], extra: list[str] | None = None) -> CaptionLitModule:
+    """A freshly initialised CaptionLitModule from the composed TINY config, built as in captioning.training.train."""
+    cfg = compose_train([*TINY, *(extra or [])])
+    torch.manual_seed(0)
+    return build_model(cfg.model, Vocab([*SPECIALS, *words]))
+
+
+def checkpoint_dict(module: CaptionLitModule) -> dict:
+    """What Lightning writes for ``module``, reduced to what loading for captioning reads."""
+    checkpoint = {"epoch": 0, "global_step": 0, "state_dict": module.state_dict()}
+    module.on_save_checkpoint(checkpoint)
+    return checkpoint
+
+
+def write_checkpoint(path: Path, words: list[str] | None = None, extra: list[str] | None = None) -> Path:
+    words = words if words is not None else ["a", "red", "circle", "square", "left", "of"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint_dict(build_module(words, extra)), path)
+    return path
