@@ -25,12 +25,28 @@ def tiny_overrides() -> list[str]:
     return list(TINY)
 
 
-@pytest.fixture(scope="module")
-def good_checkpoint(tmp_path_factory) -> Path:
-    """A tiny captioning checkpoint (``support.corpus.write_checkpoint``) to caption with and to break."""
+@pytest.fixture(scope="session")
+def make_checkpoint(tmp_path_factory):
+    """The one checkpoint factory: ``make_checkpoint(name, words=None, extra=None) -> Path``.
+
+    A tiny model BUILT (never trained: milliseconds) from the composed TINY config plus the ``extra``
+    overrides (``["model/decoder=hard_gumbel"]``), with ``words`` as its vocabulary, saved as a well-formed
+    captioning checkpoint (``support.corpus.write_checkpoint``) in a folder of its own. Train a model only
+    where the test is about training."""
     from support.corpus import write_checkpoint
 
-    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "good.ckpt")
+    def make(
+        name: str = "model.ckpt", words: list[str] | None = None, extra: list[str] | None = None
+    ) -> Path:
+        return write_checkpoint(tmp_path_factory.mktemp("ckpt") / name, words, extra)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def good_checkpoint(make_checkpoint) -> Path:
+    """A tiny captioning checkpoint (``make_checkpoint``) to caption with and to break."""
+    return make_checkpoint("good.ckpt")
 
 
 @pytest.fixture

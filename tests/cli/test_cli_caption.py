@@ -14,8 +14,8 @@ from support.corpus import write_checkpoint
 
 
 @pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    return str(write_checkpoint(tmp_path_factory.mktemp("tiny") / "model.ckpt"))
+def tiny_checkpoint(make_checkpoint):
+    return str(make_checkpoint("model.ckpt"))
 
 
 @pytest.fixture
@@ -102,8 +102,6 @@ def test_overlay_paths_of_one_pattern_are_numbered_and_named_and_documented(tmp_
 
 def test_a_transformer_overlay_says_it_is_head_averaged_cross_attention(tmp_path):
     from captioning import Captioner
-
-    from support.corpus import write_checkpoint
 
     lstm = write_checkpoint(tmp_path / "lstm.ckpt")
     transformer = write_checkpoint(tmp_path / "tf.ckpt", extra=["model/decoder=transformer"])

@@ -19,9 +19,7 @@ from captioning.inference.memory import CaptionMemory, pooled
 from captioning.inference.tuning import SplitScorer
 from captioning.metrics.cider import CiderD
 from captioning.models.decoders.ensemble import EnsembleDecoder
-from captioning.training.train import train
 
-from support import TINY, compose_train
 from support.helpers import load_script
 
 REFS = [
@@ -112,9 +110,8 @@ def test_a_bad_rerank_setting_is_one_line_naming_it(key, value):
 
 
 @pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    overrides = [*TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=3"]
-    return train(compose_train(overrides, tmp_path_factory.mktemp("tiny_run")))
+def tiny_checkpoint(make_checkpoint):
+    return str(make_checkpoint("tiny.ckpt"))
 
 
 def test_an_ensembles_candidates_are_each_members_own(tiny_checkpoint):
