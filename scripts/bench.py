@@ -3,6 +3,7 @@
     python scripts/bench.py [--decoders soft,hard_reinforce,hard_gumbel,transformer] [--quick]
                             [--compile] [--device cpu|cuda] [--bf16] [--json bench.json]
                             [--spec-peak-tflops 989] [--no-cpu-rows]
+    python scripts/bench.py --data-pipeline [--quick] [--json docs/results/data_pipeline_cpu.json]
 
 Sizes default to the paper's (Xu et al.): grid 14×14 of 2048-d features, embedding / hidden /
 attention 512, vocabulary 10,000, captions of 20 tokens, batch 32. The encoder is not part of the
@@ -18,12 +19,17 @@ The FLOPs of the soft training step are counted analytically and divided by the 
 large matmul on this machine (fp32; bf16 on a GPU with --bf16: 8192³ there, 2048³ on a CPU), to print the
 fraction of the roofline reached; ``--spec-peak-tflops`` adds the fraction of a datasheet peak too (an
 H100/H200 SXM: 989 TFLOP/s dense bf16).
+
+``--data-pipeline`` measures the input pipeline instead (captioning/benchmarks/data_pipeline.py): images/s
+of the datamodule's training loader (JPEG decode, resize, collate into batches of 64) with 0, 1 and 2
+workers, feature-cache reads, and the workers per GPU a training step needs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 from pathlib import Path
@@ -107,7 +113,15 @@ def main() -> None:
         action="store_true",
         help="leave out the rows that never touch the device (CLI start-up, overlay, CIDEr-D reward)",
     )
+    p.add_argument(
+        "--data-pipeline",
+        action="store_true",
+        help="the input pipeline's rows only: images/s of the training loader with 0/1/2 workers, feature-"
+        "cache reads, workers per GPU (captioning/benchmarks/data_pipeline.py)",
+    )
     args = p.parse_args()
+    if args.data_pipeline:
+        return data_pipeline(args)
     if args.quick:
         args.batch, args.grid, args.feature_dim, args.dim, args.vocab, args.length = 8, 4, 64, 64, 200, 8
         args.repeats, args.per_image, args.encoder_batch = 2, 4, 2
@@ -157,6 +171,22 @@ def main() -> None:
                 default=str,
             )
         )
+
+
+def data_pipeline(args: argparse.Namespace) -> None:
+    """The ``--data-pipeline`` run: its table, the projection, and ``--json`` (rows + projection)."""
+    from captioning.benchmarks.data_pipeline import bench_data_pipeline, summary
+
+    small = dict(images=64, workers=(0, 1), sizes=(224,), cache_rows=256, repeats=1) if args.quick else {}
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, CPUs {len(os.sched_getaffinity(0))}"
+    )
+    result = bench_data_pipeline(**small)
+    print_table(result["rows"])
+    print("\n".join(summary(result)))
+    if args.json:
+        settings = {"torch": torch.__version__, "cpus": len(os.sched_getaffinity(0)), "quick": args.quick}
+        args.json.write_text(json.dumps({"args": settings, **result}, indent=2, default=str))
 
 
 if __name__ == "__main__":
