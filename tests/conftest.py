@@ -14,8 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-# CONF, SHARED_DATA and compose_train: still imported from conftest by files not yet moved to support
-from support import CONF, SHARED_DATA, TINY, compose_train  # noqa: E402, F401
+from support import TINY  # noqa: E402
 
 torch.set_num_threads(2)
 

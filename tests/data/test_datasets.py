@@ -108,7 +108,7 @@ def test_dataset_problems_are_skipped_and_counted_when_the_config_says_so(tmp_pa
 
 def test_a_corrupt_image_in_a_dataset_fails_naming_the_file(tmp_path: Path) -> None:
     """Checked before training reads it: a split whose images are all unreadable is an error naming the
-    first file (one bad image among many is skipped: tests/test_readers.py)."""
+    first file (one bad image among many is skipped: tests/data/test_readers.py)."""
     dataset_json = _karpathy_files(tmp_path)
     data = json.loads(dataset_json.read_text())
     data["images"][0]["filename"] = "corrupt.jpg"

@@ -20,8 +20,8 @@ from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN
 from captioning.training.preflight import check_model_config
 from captioning.training.train import train
 
-from conftest import CONF, SHARED_DATA
-from helpers import build_net
+from support import CONF, SHARED_DATA
+from support.helpers import build_net
 
 FLICKR8K_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("flickr8k_*.yaml"))
 

@@ -1,4 +1,4 @@
-"""`captioning evaluate` and captioning.inference.evaluation on a tiny checkpoint trained for one epoch."""
+"""`captioning evaluate` and captioning.inference.evaluation on a tiny checkpoint built directly (make_checkpoint)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,13 @@ from captioning.data.sources import SyntheticSource
 from captioning.inference.captioner import Captioner
 from captioning.inference.evaluation import Decoded, evaluate_checkpoint, synthetic_grounding
 from captioning.metrics.coco import load_results, score_captions
-from captioning.training.train import train
-
-from conftest import TINY, compose_train
 
 TOOLKIT = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 
 
 @pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    overrides = [*TINY, "trainer.max_epochs=1", "trainer.limit_train_batches=3"]
-    return train(compose_train(overrides, tmp_path_factory.mktemp("tiny_run")))
+def tiny_checkpoint(make_checkpoint):
+    return str(make_checkpoint("tiny.ckpt"))
 
 
 def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, tmp_path, capsys):
@@ -171,7 +167,7 @@ def test_one_unreadable_image_is_skipped_and_reported_not_the_end_of_the_split(t
     from captioning.data.images import ImageError
     from captioning.inference.evaluation import evaluate_checkpoint, format_evaluation
 
-    from corpus import write_checkpoint
+    from support.corpus import write_checkpoint
 
     class OneBroken(SyntheticSource):
         def image(self, i):
@@ -190,9 +186,9 @@ def test_one_unreadable_image_is_skipped_and_reported_not_the_end_of_the_split(t
 
 
 def test_evaluate_without_data_refuses_a_photo_model_instead_of_scoring_synthetic_scenes(tmp_path, capsys):
-    from corpus import write_checkpoint
+    from support.corpus import write_checkpoint
 
-    zoo = Path(__file__).resolve().parents[1] / "docs" / "models" / "flickr8k_soft_scst.safetensors"
+    zoo = Path(__file__).resolve().parents[2] / "docs" / "models" / "flickr8k_soft_scst.safetensors"
     photo_words = ["dog", "runs", "through", "grass", "man", "rides", "bike", "a"]
     for checkpoint in (zoo, write_checkpoint(tmp_path / "photos.ckpt", words=photo_words)):
         assert main(["evaluate", "--checkpoint", str(checkpoint), "--out-dir", str(tmp_path / "ev")]) == 2
@@ -204,7 +200,7 @@ def test_evaluate_without_data_refuses_a_photo_model_instead_of_scoring_syntheti
 def test_evaluate_without_data_uses_the_data_the_checkpoint_records(tmp_path, capsys):
     import torch
 
-    from corpus import build_module, checkpoint_dict
+    from support.corpus import build_module, checkpoint_dict
 
     checkpoint = checkpoint_dict(build_module(["dog", "runs"]))
     checkpoint["captioning"]["provenance"]["data"] = "mystery_corpus"
@@ -223,7 +219,7 @@ def test_a_synthetic_vocabulary_is_recognised_and_a_photo_one_is_not():
 
 
 def test_evaluate_samples_with_a_seed_recorded_in_the_scores(tmp_path, capsys):
-    from corpus import write_checkpoint
+    from support.corpus import write_checkpoint
 
     checkpoint = str(write_checkpoint(tmp_path / "m.ckpt"))
     captions = {}
@@ -238,7 +234,7 @@ def test_evaluate_samples_with_a_seed_recorded_in_the_scores(tmp_path, capsys):
 
 
 def test_evaluate_refuses_hard_attention_for_a_soft_model_and_sampling_with_rerank(tmp_path, capsys):
-    from corpus import write_checkpoint
+    from support.corpus import write_checkpoint
 
     checkpoint = str(write_checkpoint(tmp_path / "m.ckpt"))
     assert main(["evaluate", "--checkpoint", checkpoint, "decoding.hard_attention=expected"]) == 2

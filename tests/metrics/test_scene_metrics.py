@@ -21,7 +21,7 @@ from captioning.metrics.names import SCENE_METRICS
 from captioning.metrics.scenes import SceneBatch, SceneMetric, scene_metrics, scene_scores, scene_values
 from captioning.scenes import COLORS, SHAPES, SIZES, SceneObject, scene_object
 
-from corpus import build_module, write_checkpoint
+from support.corpus import build_module, write_checkpoint
 
 SCENE_WORDS = ["a", "and", "in", "the", *SIZES, *COLORS, *SHAPES, "top", "bottom", "left", "right", "center"]
 

@@ -14,7 +14,7 @@ from captioning.metrics.scenes import scene_scores
 from captioning.training.train import train
 from captioning.training.validate import ConfigError, check_config
 
-from conftest import TINY, compose_train
+from support import TINY, compose_train
 
 GRID = (96, 96)  # one cell per pixel of the 96-px canvas: a peak cell's centre is that pixel + 0.5
 

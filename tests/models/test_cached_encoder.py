@@ -20,7 +20,7 @@ from captioning.models.decoders.base import shift_inputs
 from captioning.models.encoders import SmallCNN
 from captioning.training.lit_module import CaptionLitModule
 
-from helpers import build_net
+from support.helpers import build_net
 
 SIZE = 64
 

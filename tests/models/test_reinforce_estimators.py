@@ -1,6 +1,6 @@
 """The REINFORCE location estimators on toy problems with exact gradients (unbiasedness of every
 credit / baseline / K, the measured variance ordering), the baselines' values and updates, and the
-learned baseline in a decoder. The curriculum and entropy schedules: tests/test_reinforce_schedule.py."""
+learned baseline in a decoder. The curriculum and entropy schedules: tests/models/test_reinforce_schedule.py."""
 
 import math
 
