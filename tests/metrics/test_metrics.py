@@ -9,7 +9,6 @@ import json
 import os
 import random
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -234,21 +233,25 @@ def test_meteor_java_process_is_ended_even_with_its_lock_held():
     assert proc.returncode is not None and proc.stdout.closed and proc.stderr.closed
 
 
-def test_simple_validation_path_is_fast():
-    # The LightningModule calls this every validation epoch: 200 images x 5 references, no Java.
+def test_simple_validation_path_scores_without_java(monkeypatch):
+    """The LightningModule calls this every validation epoch: 200 images x 5 references. The simple
+    tokenizer and these two metrics never start Java (its speed is a bench row, not a timed test)."""
+    import subprocess
+
+    def no_java(*args, **kwargs):
+        raise AssertionError(f"Java started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_java)
     rng = random.Random(0)
     words = tokenize(
         "a big small red green blue yellow circle square triangle in the top bottom left right center and"
     )
     refs = {i: [" ".join(rng.choices(words, k=12)) for _ in range(5)] for i in range(200)}
     hyps = {i: " ".join(rng.choices(words, k=12)) for i in range(200)}
-    timings = []
-    for _ in range(3):  # best of 3: the CI machine's 2 cores are shared
-        start = time.perf_counter()
-        scores = score_captions(refs, hyps, metrics=("Bleu_4", "CIDEr"), tokenizer="simple")
-        timings.append(time.perf_counter() - start)
+    scores = score_captions(refs, hyps, metrics=("Bleu_4", "CIDEr"), tokenizer="simple")
     assert list(scores) == ["Bleu_4", "CIDEr"] and 0 < scores["Bleu_4"] < 1 and scores["CIDEr"] > 0
-    assert min(timings) < 1.0, timings
+    same = score_captions(refs, {i: refs[i][0] for i in refs}, metrics=("Bleu_4",), tokenizer="simple")
+    assert same["Bleu_4"] == pytest.approx(1.0)  # a caption equal to a reference scores 1
 
 
 def test_empty_generated_captions_score_zero_instead_of_crashing():
