@@ -245,8 +245,8 @@ def test_caption_cli_captions_every_good_file_and_reports_every_bad_one(bad, tmp
     assert err_lines[-1] == f"{len(BAD_IMAGE_NAMES)} of {len(mixed)} images could not be read"
 
 
-def test_caption_cli_refuses_beam_zero(tmp_path: Path, capsys) -> None:
+def test_caption_cli_refuses_beam_zero(tmp_path: Path, capsys, good_checkpoint) -> None:
     image = tmp_path / "scene.png"
     Image.fromarray(render_scene((5, 0)).image).save(image)
-    code = main(["caption", str(image), "--checkpoint", str(tmp_path / "unused.ckpt"), "--num-beams", "0"])
+    code = main(["caption", str(image), "--checkpoint", str(good_checkpoint), "--num-beams", "0"])
     assert code == 2 and "num_beams=0: expected an integer in [1, 64]" in capsys.readouterr().err

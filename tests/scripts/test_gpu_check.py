@@ -2,7 +2,9 @@
 its comparisons apply the stated tolerances."""
 
 import json
+import os
 import subprocess
+import sys
 
 import pytest
 
@@ -74,7 +76,8 @@ def test_gpu_check_script_on_the_cpu(tmp_path):
     out = tmp_path / "out"
     cmd = ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--device", "cpu", "--quick", "--out", str(out),
            "--parts", "train,cli,api", "--train-time", "00:20", "--checkpoints", str(SYNTHETIC)]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+    env = {**os.environ, "PYTHON": sys.executable}  # this interpreter, wherever its environment lives
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert {"device", "environment", "parts", "train", "cli", "captioner", "tolerance_note"} <= set(summary)
