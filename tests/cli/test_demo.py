@@ -243,10 +243,13 @@ def caption_on_page(page, path: Path) -> str:
     page.set_input_files("#upload input[type=file]", str(path))
     page.wait_for_timeout(1000)  # the upload lands before the click
     page.click("#caption-button")
+    # The answer names the uploaded file; while the request runs Gradio shows its timer ("0.0s") over the
+    # previous answer, which must not count as this one's.
     page.wait_for_function(
-        "([before, finals]) => { const t = document.querySelector('#status').innerText;"
-        " return t !== before && finals.some(f => t.includes(f)); }",
-        arg=[before, list(FINAL)],
+        "([before, finals, name]) => { const t = document.querySelector('#status').innerText;"
+        " return t !== before && t.includes(name) && finals.some(f => t.includes(f))"
+        " && !/^\\s*\\d+(\\.\\d+)?s/.test(t); }",
+        arg=[before, list(FINAL), path.name],
         timeout=120_000,
     )
     return page.inner_text("#status")
