@@ -17,7 +17,7 @@ everything from the heap and keeping freed memory there for reuse made the bench
 step ~10% faster here (medians of 5 steps, 3 alternating runs each: 1.25 / 1.28 / 1.25 s -> 1.03 / 1.20
 / 1.14 s). PyTorch's CPU tuning guide gets the same effect by preloading jemalloc or tcmalloc. The
 price is memory: the process keeps its peak heap until it exits, and a loop of 64 MB alloc/free settles
-after a few iterations at ~6x that size (tests/test_runtime.py), fine for a training or decoding job.
+after a few iterations at ~6x that size (tests/package/test_runtime.py), fine for a training or decoding job.
 """
 
 from __future__ import annotations

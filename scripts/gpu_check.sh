@@ -18,7 +18,7 @@
 #             captions against fp32 on the CPU. Tolerances: captioning/benchmarks/gpu_check.py.
 # Results in OUT (default docs/results/gpu): summary.json (every number, torch and GPU versions),
 # summary.md, gpu_check.log, bench_paper.json, bench_large.json, train_metrics.csv: 6 files.
-# With --device cpu it is its own test (tests/test_gpu_check.py): the CPU compared with itself.
+# With --device cpu it is its own test (tests/scripts/test_gpu_check.py): the CPU compared with itself.
 #
 # On the device machine (the packages it lacks travel as wheels, made here by --make-wheels):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit; bash scripts/gpu_check.sh --device cuda --out $OUT

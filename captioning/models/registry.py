@@ -3,7 +3,7 @@
 A checkpoint's network config names its classes by ``_target_``; only the names below are built, each
 exactly the class it names, so a crafted checkpoint can neither call an arbitrary callable nor build a
 library object that is not a network part (a data source, a scorer). A new model part is registered
-here, and ``tests/test_checkpoints.py`` checks that every config of ``captioning/conf/model/`` uses registered names.
+here, and ``tests/checkpoints/test_checkpoints.py`` checks that every config of ``captioning/conf/model/`` uses registered names.
 """
 
 from __future__ import annotations
