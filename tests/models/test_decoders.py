@@ -89,7 +89,15 @@ def test_label_smoothing_matches_torch_and_leaves_xent_true(decoder):
     torch.testing.assert_close(smoothed.xent, plain.xent)
 
 
-@pytest.mark.parametrize("decoder", [d for d in DECODERS if d != "transformer"])
+def lstm_decoders() -> list[str]:
+    """The decoder configs that build the LSTM (by their composed ``_target_``, not by name)."""
+    from captioning.config import compose_config
+
+    targets = {d: compose_config("train", [f"model/decoder={d}"])[0].model.decoder._target_ for d in DECODERS}
+    return [d for d, target in targets.items() if target.endswith(".LSTMDecoder")]
+
+
+@pytest.mark.parametrize("decoder", lstm_decoders())
 def test_lstm_reads_each_location_with_a_fixed_2d_position_code(decoder):
     """[a_i; PE(row_i, col_i)]: the features untouched, the code fixed, so the grid needs no gradient."""
     net = build_net(decoder, V)
