@@ -73,3 +73,11 @@ def references(tmp_path: Path) -> Path:
     path = tmp_path / "refs.json"
     path.write_text(json.dumps(refs))
     return path
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory):
+    """Broken image files (support.corpus.write_bad_images): name -> (path, the reason expected)."""
+    from support.corpus import write_bad_images
+
+    return write_bad_images(tmp_path_factory.mktemp("bad_images"))

@@ -19,74 +19,12 @@ from captioning.data.images import ImageError, load_rgb
 from support.corpus import (
     BAD_IMAGE_NAMES,
     BLUE,
+    ODD_BUT_VALID,
     RED,
-    WHITE,
+    exif_jpeg,
     halves,
     jpeg_with_raw_exif,
-    rgb48_png,
-    write_bad_images,
 )
-
-
-@pytest.fixture(scope="module")
-def bad(tmp_path_factory) -> dict[str, tuple[Path, str]]:
-    return write_bad_images(tmp_path_factory.mktemp("bad_images"))
-
-
-def _exif_jpeg(path: Path, orientation: int) -> None:
-    exif = Image.Exif()
-    exif[0x0112] = orientation  # the Orientation tag
-    halves(48, 32, RED, BLUE).save(path, quality=95, exif=exif.tobytes())
-
-
-def _save(image: Image.Image, **kwargs):
-    return lambda path: image.save(path, **kwargs)
-
-
-def _palette(transparent: bool) -> Image.Image:
-    image = Image.new("P", (8, 8), 1)
-    image.putpalette([0, 0, 0, *RED] + [0] * (256 * 3 - 6))
-    if transparent:
-        image.info["transparency"] = 1
-    return image
-
-
-# name -> (writer, expected (width, height), expected RGB at the top-left and bottom-right, tolerance)
-ODD_BUT_VALID = {
-    "gray.png": (_save(Image.new("L", (8, 6), 77)), (8, 6), (77, 77, 77), (77, 77, 77), 0),
-    "bilevel.png": (_save(Image.new("1", (8, 6), 1)), (8, 6), WHITE, WHITE, 0),
-    "transparent.png": (_save(Image.new("RGBA", (8, 6), (0, 0, 0, 0))), (8, 6), WHITE, WHITE, 0),
-    "half_red.png": (
-        _save(Image.new("RGBA", (8, 6), (255, 0, 0, 128))),
-        (8, 6),
-        (255, 127, 127),
-        (255, 127, 127),
-        1,
-    ),
-    "gray_alpha.png": (_save(Image.new("LA", (8, 6), (0, 0))), (8, 6), WHITE, WHITE, 0),
-    "palette.png": (_save(_palette(transparent=False)), (8, 8), RED, RED, 0),
-    "palette_transparent.png": (_save(_palette(transparent=True)), (8, 8), WHITE, WHITE, 0),
-    "cmyk.jpg": (_save(Image.new("CMYK", (16, 16), (0, 255, 255, 0))), (16, 16), RED, RED, 12),
-    "gray16.png": (
-        _save(Image.fromarray(np.full((6, 8), 0xAB12, np.uint16))),
-        (8, 6),
-        (0xAB, 0xAB, 0xAB),
-        (0xAB, 0xAB, 0xAB),
-        0,
-    ),
-    "rgb48.png": (
-        lambda path: path.write_bytes(rgb48_png((0xFF00, 0x1234, 0x0000), (0x0000, 0x00FF, 0x8080))),
-        (4, 4),
-        (0xFF, 0x12, 0x00),
-        (0x00, 0x00, 0x80),
-        0,
-    ),
-    # Orientation 6: stored left column is the visual top (rotate 90° clockwise to display).
-    "exif_rotated_cw.jpg": (lambda path: _exif_jpeg(path, 6), (32, 48), RED, BLUE, 40),
-    # Orientation 8: stored left column is the visual bottom (rotate 90° counter-clockwise).
-    "exif_rotated_ccw.jpg": (lambda path: _exif_jpeg(path, 8), (32, 48), BLUE, RED, 40),
-    "one_pixel.png": (_save(Image.new("RGB", (1, 1), (10, 20, 30))), (1, 1), (10, 20, 30), (10, 20, 30), 0),
-}
 
 
 @pytest.mark.parametrize("mode", ["I;16", "I"])
@@ -210,7 +148,7 @@ def test_odd_but_valid_images_load_upright_as_rgb(tmp_path: Path, name: str) -> 
 def test_random_truncation_and_corruption_only_ever_give_image_error(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     source = tmp_path / "source.jpg"
-    _exif_jpeg(source, 6)  # EXIF included: broken metadata must not escape as struct/type errors
+    exif_jpeg(source, 6)  # EXIF included: broken metadata must not escape as struct/type errors
     png = tmp_path / "source.png"
     halves(32, 32, RED, BLUE).save(png)
     outcomes = {"loaded": 0, "refused": 0}

@@ -121,3 +121,60 @@ def write_checkpoint(path: Path, words: list[str] | None = None, extra: list[str
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(checkpoint_dict(build_module(words, extra)), path)
     return path
+
+
+# Images that are odd but valid, shared by the image loader's and the caption CLI's tests.
+def exif_jpeg(path: Path, orientation: int) -> None:
+    exif = Image.Exif()
+    exif[0x0112] = orientation  # the Orientation tag
+    halves(48, 32, RED, BLUE).save(path, quality=95, exif=exif.tobytes())
+
+
+def save_as(image: Image.Image, **kwargs):
+    return lambda path: image.save(path, **kwargs)
+
+
+def palette_image(transparent: bool) -> Image.Image:
+    image = Image.new("P", (8, 8), 1)
+    image.putpalette([0, 0, 0, *RED] + [0] * (256 * 3 - 6))
+    if transparent:
+        image.info["transparency"] = 1
+    return image
+
+
+# name -> (writer, expected (width, height), expected RGB at the top-left and bottom-right, tolerance)
+ODD_BUT_VALID = {
+    "gray.png": (save_as(Image.new("L", (8, 6), 77)), (8, 6), (77, 77, 77), (77, 77, 77), 0),
+    "bilevel.png": (save_as(Image.new("1", (8, 6), 1)), (8, 6), WHITE, WHITE, 0),
+    "transparent.png": (save_as(Image.new("RGBA", (8, 6), (0, 0, 0, 0))), (8, 6), WHITE, WHITE, 0),
+    "half_red.png": (
+        save_as(Image.new("RGBA", (8, 6), (255, 0, 0, 128))),
+        (8, 6),
+        (255, 127, 127),
+        (255, 127, 127),
+        1,
+    ),
+    "gray_alpha.png": (save_as(Image.new("LA", (8, 6), (0, 0))), (8, 6), WHITE, WHITE, 0),
+    "palette.png": (save_as(palette_image(transparent=False)), (8, 8), RED, RED, 0),
+    "palette_transparent.png": (save_as(palette_image(transparent=True)), (8, 8), WHITE, WHITE, 0),
+    "cmyk.jpg": (save_as(Image.new("CMYK", (16, 16), (0, 255, 255, 0))), (16, 16), RED, RED, 12),
+    "gray16.png": (
+        save_as(Image.fromarray(np.full((6, 8), 0xAB12, np.uint16))),
+        (8, 6),
+        (0xAB, 0xAB, 0xAB),
+        (0xAB, 0xAB, 0xAB),
+        0,
+    ),
+    "rgb48.png": (
+        lambda path: path.write_bytes(rgb48_png((0xFF00, 0x1234, 0x0000), (0x0000, 0x00FF, 0x8080))),
+        (4, 4),
+        (0xFF, 0x12, 0x00),
+        (0x00, 0x00, 0x80),
+        0,
+    ),
+    # Orientation 6: stored left column is the visual top (rotate 90° clockwise to display).
+    "exif_rotated_cw.jpg": (lambda path: exif_jpeg(path, 6), (32, 48), RED, BLUE, 40),
+    # Orientation 8: stored left column is the visual bottom (rotate 90° counter-clockwise).
+    "exif_rotated_ccw.jpg": (lambda path: exif_jpeg(path, 8), (32, 48), BLUE, RED, 40),
+    "one_pixel.png": (save_as(Image.new("RGB", (1, 1), (10, 20, 30))), (1, 1), (10, 20, 30), (10, 20, 30), 0),
+}
