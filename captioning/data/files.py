@@ -4,12 +4,15 @@ whole or not at all."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from captioning.writes import folder_problem  # noqa: F401  (re-exported: one implementation)
+from captioning.writes import (
+    commit,
+    folder_problem,  # noqa: F401  (re-exported: one implementation)
+    temp_beside,
+)
 
 
 def read_utf8_text(path: Path, error: type[Exception] = ValueError) -> str:
@@ -27,20 +30,19 @@ def read_utf8_text(path: Path, error: type[Exception] = ValueError) -> str:
 
 
 def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """``write(f)`` into a temp file beside ``path``, then renamed over it: a failure (a full disk) leaves
-    ``path`` as it was (no empty or half-written file) and raises the OSError."""
+    """``write(f)`` into a temp file beside ``path``, then renamed over it (``captioning.writes``' temp
+    name and commit: fsync, ``os.replace``, the folder fsync'ed): a failure (a full disk) leaves ``path``
+    as it was (no empty or half-written file) and raises the OSError."""
     path = Path(path)
-    temp = path.with_name(f".{path.name}.partial")
+    temp = temp_beside(path)
     try:
-        with open(temp, "wb") as f:
+        with open(temp, "xb") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             temp.unlink()
         raise
+    commit(temp, path)  # removes the temp file itself if the rename fails
 
 
 def write_text_atomically(path: Path, text: str) -> None:

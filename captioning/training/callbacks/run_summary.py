@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ModelCheckpoint
 
+from captioning.data.files import write_text_atomically
 from captioning.training.resume import last_checkpoint_path
 
 
@@ -115,6 +115,4 @@ class RunSummary(pl.Callback):
             "finished": finished,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        temp.write_text(json.dumps(summary, indent=2) + "\n")
-        os.replace(temp, self.path)
+        write_text_atomically(self.path, json.dumps(summary, indent=2) + "\n")
