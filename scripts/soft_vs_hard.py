@@ -106,13 +106,6 @@ def halves(ids: tuple) -> dict[str, np.ndarray]:
     return {"all": np.arange(len(ids)), "even": np.array(order[0::2]), "odd": np.array(order[1::2])}
 
 
-def subset(stats: ImageStats, rows: np.ndarray) -> ImageStats:
-    return ImageStats(
-        tuple(stats.ids[k] for k in rows),
-        *(x[rows] for x in (stats.hyp_len, stats.ref_len, stats.matches, stats.counts, stats.cider)),
-    )
-
-
 def score(stats: ImageStats) -> dict[str, float]:
     return {"Bleu_4": stats.bleu4(), "CIDEr": float(stats.cider.mean())}
 
@@ -134,11 +127,16 @@ def analyse(
             hyps_tok = {k: v[0] for k, v in tokenize_captions(hyps, tokenizer).items()}
             stats[label][seed] = image_stats(refs_tok, hyps_tok)
     parts = halves(next(iter(stats[baseline].values())).ids)
+    # the baseline's per-seed scores and its seeds pooled, once per part (every configuration meets them)
+    base_scores = {
+        p: {seed: score(s.take(rows)) for seed, s in stats[baseline].items()} for p, rows in parts.items()
+    }
+    base_pooled = {p: pooled([s.take(rows) for s in stats[baseline].values()]) for p, rows in parts.items()}
     report: dict = {"baseline": baseline, "tokenizer": tokenizer, "images": len(refs_tok), "configs": {}}
     for label, seeds in stats.items():
         entry: dict = {"seeds": sorted(seeds), "per_seed": {}, "summary": {}, "vs_baseline": {}}
         for part, rows in parts.items():
-            scores = {seed: score(subset(s, rows)) for seed, s in seeds.items()}
+            scores = {seed: score(s.take(rows)) for seed, s in seeds.items()}
             entry["per_seed"][part] = scores
             entry["summary"][part] = {
                 m: dict(zip(("mean", "std", "ci95"), mean_ci([v[m] for v in scores.values()])))
@@ -146,10 +144,9 @@ def analyse(
             }
             if label == baseline:
                 continue
-            a = pooled([subset(s, rows) for s in stats[baseline].values()])
-            b = pooled([subset(s, rows) for s in seeds.values()])
-            diffs = paired_bootstrap(a, b, resamples=resamples)
-            base = {seed: score(subset(s, rows)) for seed, s in stats[baseline].items()}
+            b = pooled([s.take(rows) for s in seeds.values()])
+            diffs = paired_bootstrap(base_pooled[part], b, resamples=resamples)
+            base = base_scores[part]
             wins = {
                 m: float(np.mean([scores[i][m] > base[j][m] for i, j in product(scores, base)]))
                 for m in METRICS

@@ -50,6 +50,13 @@ class ImageStats:
     def _bleu_arrays(self) -> tuple[np.ndarray, ...]:
         return self.hyp_len, self.ref_len, self.matches, self.counts
 
+    def take(self, rows: np.ndarray) -> ImageStats:
+        """The images at ``rows`` (in that order), e.g. half of the split or another system's order."""
+        return ImageStats(
+            tuple(self.ids[k] for k in rows),
+            *(x[rows] for x in (self.hyp_len, self.ref_len, self.matches, self.counts, self.cider)),
+        )
+
 
 def _bleu4(hyp_len: np.ndarray, ref_len: np.ndarray, matches: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Corpus BLEU-4 from statistics summed over the image axis -2 (leading axes: resamples)."""
@@ -108,8 +115,7 @@ def _aligned(a: ImageStats, b: ImageStats) -> ImageStats:
     if set(a.ids) != set(b.ids):
         raise ValueError(f"paired bootstrap needs the same images: {len(set(a.ids) ^ set(b.ids))} ids differ")
     order = {i: k for k, i in enumerate(b.ids)}
-    index = np.array([order[i] for i in a.ids])
-    return ImageStats(a.ids, *(x[index] for x in (b.hyp_len, b.ref_len, b.matches, b.counts, b.cider)))
+    return b.take(np.array([order[i] for i in a.ids]))
 
 
 def paired_bootstrap(
