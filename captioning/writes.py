@@ -259,12 +259,14 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def folder_problem(folder: Path, noun: str = "the folder") -> str | None:
+def folder_problem(folder: Path, noun: str = "the folder", keep: bool = False) -> str | None:
     """Why files cannot be written in ``folder`` (created if missing), or None: "cannot create the folder
     F (reason)", "the folder F is not writable" (``noun`` names it: "its folder" for an output's). Found by
-    creating it and removing again what was made, so a check before the work leaves nothing behind."""
+    creating it and, unless ``keep``, removing again what was made, so a check before the work leaves
+    nothing behind. ``keep`` for a folder meant to stay that other processes may share (a feature cache):
+    removing it could pull it from under a process that has just found it."""
     folder = Path(folder)
-    missing = [p for p in [folder, *folder.parents] if not os.path.lexists(p)]
+    missing = [] if keep else [p for p in [folder, *folder.parents] if not os.path.lexists(p)]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not os.access(folder, os.W_OK | os.X_OK):

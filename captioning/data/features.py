@@ -44,6 +44,7 @@ from captioning.data.images import image_to_tensor
 from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, RecordSource
 from captioning.hashing import encoder_identity, state_dict_hash, tensors_hash  # noqa: F401 - re-exported
+from captioning.writes import folder_problem
 
 FORMAT_VERSION = 1  # bump when the layout or the way features are computed changes
 STORAGE_DTYPE = np.float16
@@ -174,7 +175,7 @@ class FeatureCache:
             raise ValueError("FeatureCache.features: no encoder bound (FeatureCache.bind(encoder) first)")
         directory = self.directory(image_size)
         keys = [image_key(source, i) for i in range(len(source))] if keys is None else list(keys)
-        problem = _cache_folder_problem(directory)
+        problem = folder_problem(directory, keep=True)  # kept: other ranks may be about to lock in it
         if problem:  # a read-only cache serves what it holds; anything to add needs a writable folder
             index = _read_index(directory, self.key_ingredients(image_size))
             if directory.is_dir() and all(k in index["images"] for k in keys):
@@ -333,19 +334,6 @@ def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".json.partial")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)  # atomic: readers see the old or the new index, never half of one
-
-
-def _cache_folder_problem(directory: Path) -> str | None:
-    """Why features cannot be stored in ``directory``, or None; the folder is made and kept (a cache
-    is meant to stay). Not ``folder_problem``, which removes what it made: with several processes (DDP
-    ranks, a sweep's jobs) one would remove the folder another has just found and is about to lock in."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        return f"cannot create the folder {directory} ({err.strerror or err})"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return f"the folder {directory} is not writable"
-    return None
 
 
 @contextmanager
