@@ -38,17 +38,13 @@ RENDERERS = ("project", "alt", "third")
 _FILES = {"alt": "alt_renderer", "third": "third_renderer"}
 
 
-def test_renderer(kind: str):
+def renderer_module(kind: str):
     """tests/<alt|third>_renderer.py loaded from its file."""
     name = _FILES[kind]
     spec = importlib.util.spec_from_file_location(name, REPO / "tests" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def alt_renderer():
-    return test_renderer("alt")
 
 
 def scenes(kind: str, n: int) -> list[tuple[Image.Image, list[dict], list[str]]]:
@@ -65,7 +61,7 @@ def scenes(kind: str, n: int) -> list[tuple[Image.Image, list[dict], list[str]]]
         return out
     if kind not in _FILES:
         raise ValueError(f"renderer {kind!r}: expected one of {RENDERERS}")
-    other = test_renderer(kind)
+    other = renderer_module(kind)
     rng = np.random.default_rng(4242)
     return [
         (Image.fromarray(img), objs, other.references(objs))
