@@ -15,6 +15,9 @@ affine weights still learn: small caption batches give noisy statistics); frozen
 group, CaptionLitModule.configure_optimizers). The frozen stages before the first trained one are a
 prefix whose activations the feature cache can store (``cache_stop``, ``encode_prefix``; a (B, C, h, w)
 input of C != 3 channels to ``encode`` is such an activation and runs through the trained suffix only).
+``held`` keeps the trained stages fixed for a while (no gradient, eval mode: exactly the frozen encoder's
+output) without changing what trains or what the cache stores: staged fine-tuning (the UnfreezeEncoder
+callback) starts with them held and releases them at a stated epoch.
 
 Pretrained weights are only ever read from local files: nothing here downloads.
 """
@@ -62,6 +65,10 @@ class ImageEncoder(nn.Module):
         self.first_trained = 0  # index into stage_names of the first trained stage; len(...) = none trains
         self.bn_eval = False
         self.lr_scale = 1.0
+        # Staged fine-tuning: while held, the trained stages run without gradient and in eval mode. Their
+        # parameters keep requires_grad (the optimizer's encoder group, the cache's prefix and the checkpoint
+        # do not change); with no gradient the optimizer skips them (AdamW leaves a grad-less parameter as is).
+        self.held = False
 
     @property
     def trainable(self) -> bool:
@@ -126,7 +133,21 @@ class ImageEncoder(nn.Module):
 
     def forward_from(self, x: Tensor, start: int) -> Tensor:
         """The input of stage ``start`` (normalised images for 0) -> (B, L, D) grid."""
+        if self.held and start < len(
+            self._stages
+        ):  # the trained stages are held: the frozen encoder's output
+            with torch.no_grad():
+                return self._to_grid(self._run(x, start, len(self._stages)))
         return self._to_grid(self._run(x, start, len(self._stages)))
+
+    def hold(self, held: bool) -> None:
+        """Hold (True) or release (False) the trained stages; see ``held``. A fully frozen encoder has none."""
+        if held and self.first_trained >= len(self._stages):
+            raise ValueError(
+                f"{type(self).__name__}: no stage trains (freeze without fine_tune_from), so there is nothing to hold"
+            )
+        self.held = bool(held)
+        self.train(self.training)
 
     def _run(self, x: Tensor, start: int, stop: int) -> Tensor:
         for _, names in self._stages[start:stop]:
@@ -187,6 +208,10 @@ class ImageEncoder(nn.Module):
         # Frozen BN must not update running stats from caption batches: they define the features.
         for name in self._frozen_names:
             self.get_submodule(name).eval()
+        if self.held:  # held stages behave as frozen ones: BN statistics and dropout of the pretrained net
+            for _, names in self._stages[self.first_trained :]:
+                for name in names:
+                    self.get_submodule(name).eval()
         if self.bn_eval:  # trained stages too: weights learn, running statistics stay the pretrained ones
             for module in self.modules():
                 if isinstance(module, nn.modules.batchnorm._BatchNorm):
