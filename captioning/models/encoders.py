@@ -133,9 +133,8 @@ class ImageEncoder(nn.Module):
 
     def forward_from(self, x: Tensor, start: int) -> Tensor:
         """The input of stage ``start`` (normalised images for 0) -> (B, L, D) grid."""
-        if self.held and start < len(
-            self._stages
-        ):  # the trained stages are held: the frozen encoder's output
+        # Held trained stages give the frozen encoder's output, without a graph through them.
+        if self.held and start < len(self._stages):
             with torch.no_grad():
                 return self._to_grid(self._run(x, start, len(self._stages)))
         return self._to_grid(self._run(x, start, len(self._stages)))
