@@ -1,4 +1,4 @@
-"""Progress of long loops (decoding a split, reranking, building a caption memory, scoring, tuning,
+"""Progress of long loops (decoding a split, reranking, building a caption bank, scoring, tuning,
 captioning a folder), on stderr.
 
 On a terminal: a tqdm bar with the rate and ETA. Elsewhere (a log file, a pipe, CI): one plain line every

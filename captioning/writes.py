@@ -1,6 +1,6 @@
 """Writing a file the user named: never over an input, a model or a device; whole or not at all.
 
-Every command that writes a path it was given (``captioning export``, ``memory``, ``tune``, ``plot``,
+Every command that writes a path it was given (``captioning export``, ``bank``, ``tune``, ``plot``,
 ``score``) builds an :class:`Output` with :func:`output` *before* its work, so an unusable path fails in a
 second instead of after an hour's build, and writes it through :meth:`Output.replacing` (or
 ``write_text`` / ``write_bytes``). Refused, with one :class:`OutputError` line naming the path and what
@@ -10,9 +10,9 @@ was expected:
 * anything that is not a regular file: a device (``/dev/null``), a pipe, a socket. Renaming a new file
   over it would replace the device itself with a regular file;
 * an input of the same command: the same file, also through a symbolic or hard link;
-* a model file: a training checkpoint (torch's zip or pickle), a weights-only export, a caption memory
+* a model file: a training checkpoint (torch's zip or pickle), a weights-only export, a caption bank
   or any other safetensors file, unless it is the kind being written (an export replaces an export, a
-  memory a memory);
+  bank a bank);
 * for a fixed format, a name without its suffix (``an export is a .safetensors file``).
 
 Symbolic links are written *through*: the file a link points to is replaced and the link is kept (a
@@ -38,14 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 EXPORT_FORMAT = "captioning-export/1"  # the safetensors header "format" of a weights-only export
-MEMORY_KEY = "caption_memory"  # the safetensors header entry of a caption memory
+# The safetensors header entry of a caption bank: its name before 0.3, which files keep.
+BANK_KEY = "caption_memory"
 
 TRAINING_CHECKPOINT = "a training checkpoint"
 EXPORT = "a weights-only export"
-MEMORY = "a caption memory"
+BANK = "a caption bank"
 SAFETENSORS = "a safetensors file (model weights?)"
 
-MAX_HEADER = 512 * 2**20  # a caption memory's header holds every caption: tens of MB for COCO
+MAX_HEADER = 512 * 2**20  # a caption bank's header holds every caption: tens of MB for COCO
 
 
 class OutputError(ValueError):
@@ -79,8 +80,8 @@ def model_kind(path: str | Path) -> str | None:
     meta = meta if isinstance(meta, dict) else {}
     if meta.get("format") == EXPORT_FORMAT:
         return EXPORT
-    if MEMORY_KEY in meta:
-        return MEMORY
+    if BANK_KEY in meta:
+        return BANK
     return SAFETENSORS
 
 
@@ -97,7 +98,7 @@ def _reason(err: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Output:
-    """A file to write: ``path`` as given; ``what`` names its content ("the caption memory"); ``flag``
+    """A file to write: ``path`` as given; ``what`` names its content ("the caption bank"); ``flag``
     the option that named it ("--out", "" for a positional argument); ``inputs`` the command's input
     files, each with what it is ("the checkpoint being exported"); ``kind`` the model kind written (it
     may replace a file of the same kind); ``suffix`` the suffix its format needs."""

@@ -8,7 +8,7 @@ are the ones evaluate would write at that setting; every (neighbours, weight) th
 Scores are the toolkit-free CIDEr-D of ``captioning.inference.tuning`` (project tokenizer) on the whole
 split and on its even / odd halves; ``held_out`` chooses on one half and reports the other, against
 minimum Bayes risk alone (neighbours 0). ``by_likeness`` splits the images into quarters by their mean
-cosine to the 30 nearest memory images and gives, per quarter, the mean CIDEr-D (whole-split document
+cosine to the 30 nearest bank images and gives, per quarter, the mean CIDEr-D (whole-split document
 frequencies) of the first member's top beam, of minimum Bayes risk alone and of the default setting: how
 the vote fares on the photos least like the training set.
 """
@@ -28,7 +28,12 @@ from captioning.config import compose_config
 from captioning.data.tokenize import tokenize
 from captioning.decoding import GenerationConfig
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
-from captioning.inference.evaluation import build_memory, build_source, frozen_feature_cache, model_inputs
+from captioning.inference.evaluation import (
+    build_caption_bank,
+    build_source,
+    frozen_feature_cache,
+    model_inputs,
+)
 from captioning.inference.tuning import SplitScorer, held_out, score_setting
 from captioning.metrics.cider import CiderD
 
@@ -47,12 +52,12 @@ def main() -> None:
     source, train = build_source(cfg.data, cfg.split), build_source(cfg.data, "train")
     model = load_captioners(args.checkpoint)
     cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
-    memory = build_memory(model, train, cache)
-    reranker = ConsensusReranker(RerankConfig(), memory)
+    bank = build_caption_bank(model, train, cache)
+    reranker = ConsensusReranker(RerankConfig(), bank)
     decoding = GenerationConfig.from_dict(model.decoding)
     inputs = model_inputs(model, source, cache)
     batches = []  # (indices, grids, candidates): decoded once
-    likeness = []  # per image: mean cosine to its 30 nearest memory images
+    likeness = []  # per image: mean cosine to its 30 nearest bank images
     with torch.no_grad():
         for start in range(0, len(source), cfg.batch_size):
             indices = list(range(start, min(start + cfg.batch_size, len(source))))
@@ -61,7 +66,7 @@ def main() -> None:
             batches.append(
                 (indices, grids, reranker.candidates(model.net.decoder, grids, model.vocab, decoding))
             )
-            likeness += memory.cosines(grids).topk(min(30, len(memory)), dim=-1).values.mean(-1).tolist()
+            likeness += bank.cosines(grids).topk(min(30, len(bank)), dim=-1).values.mean(-1).tolist()
     scorer, rows, chosen = SplitScorer(source), [], {}
     for k in [0, *args.neighbours]:
         reranker.config = dataclasses.replace(reranker.config, neighbours=k)
@@ -95,7 +100,7 @@ def main() -> None:
 
 
 def by_likeness(source, batches, likeness: list[float], chosen: dict) -> list[dict]:
-    """Per quarter of the images by likeness to the memory: mean per-image CIDEr-D of three decodings."""
+    """Per quarter of the images by likeness to the bank: mean per-image CIDEr-D of three decodings."""
     refs = [[" ".join(tokenize(c)) for c in source.captions(i)] for i in range(len(source))]
     cider = CiderD(refs)
     top_beam = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from captioning.decoding import Generated, beam_search
+from captioning.decoding import SearchOutput, beam_search
 from captioning.models.decoders.base import Decoder, DecoderOutput, State
 from captioning.models.decoders.lstm import LSTMDecoder
 
@@ -67,7 +67,7 @@ class ReferenceSoftLSTM(Decoder):
 @torch.no_grad()
 def per_image_beam_search(
     decoder: Decoder, features: Tensor, num_beams: int, max_new_tokens: int, end_id: int = 2
-) -> list[Generated]:
+) -> list[SearchOutput]:
     """Beam search one image at a time (batch 1, K rows per call)."""
     return [
         beam_search(decoder, features[i : i + 1], num_beams, max_new_tokens, end_id=end_id)

@@ -27,7 +27,7 @@ def build_decoder(name: str, args) -> tuple[torch.nn.Module, Callable[..., torch
     overrides += [f"model.decoder.embed_dim={args.dim}"]
     if name == "transformer":
         overrides += [
-            f"model.decoder.hidden_dim={4 * args.dim}",
+            f"model.decoder.ff_dim={4 * args.dim}",
             f"model.decoder.num_heads={args.dim // 64}",
         ]
     else:

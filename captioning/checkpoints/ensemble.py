@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from captioning.checkpoints.load import CheckpointError, LoadedCaptioner, load_captioner
+from captioning.checkpoints.load import CheckpointError, LoadedCheckpoint, load_captioner
 from captioning.hashing import encoder_identity
-from captioning.models.captioner import CaptionModel
+from captioning.models.caption_model import CaptionModel
 from captioning.models.decoders.ensemble import EnsembleDecoder
 
 
@@ -35,7 +35,7 @@ def members_stem(paths: Sequence[Path]) -> str:
     return "+".join(p.stem for p in paths)
 
 
-def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> LoadedCaptioner:
+def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> LoadedCheckpoint:
     """One captioner averaging the next-word distributions of the checkpoints ``paths`` (two or more)."""
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
@@ -72,7 +72,7 @@ def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> Loa
             )
     decoder = EnsembleDecoder([m.net.decoder for m in members])
     net = CaptionModel(first.net.encoder, decoder).eval()
-    return LoadedCaptioner(
+    return LoadedCheckpoint(
         net=net,
         vocab=first.vocab,
         decoding=first.decoding,
@@ -83,7 +83,7 @@ def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> Loa
     )
 
 
-def load_captioners(paths: Sequence[str | Path], map_location: str = "cpu") -> LoadedCaptioner:
+def load_captioners(paths: Sequence[str | Path], map_location: str = "cpu") -> LoadedCheckpoint:
     """One checkpoint as it is, several as their ensemble."""
     if len(paths) == 1:
         return load_captioner(paths[0], map_location)

@@ -30,8 +30,15 @@ from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
 from captioning.errors import UserError
-from captioning.models.captioner import CaptionModel
-from captioning.models.registry import MODEL_CLASSES, SIZE_BOUNDS, bad_sizes, canonical_name, size_problem
+from captioning.models.caption_model import CaptionModel
+from captioning.models.registry import (
+    MODEL_CLASSES,
+    SIZE_BOUNDS,
+    bad_sizes,
+    canonical_name,
+    modernise_config,
+    size_problem,
+)
 from captioning.writes import EXPORT_FORMAT
 
 FORMAT = EXPORT_FORMAT
@@ -46,7 +53,7 @@ class CheckpointError(ValueError, UserError):
 
 
 @dataclass
-class LoadedCaptioner:
+class LoadedCheckpoint:
     net: CaptionModel
     vocab: Vocab
     decoding: dict[str, Any]
@@ -65,12 +72,11 @@ def _check_target(target: Any, path: Path, where: str) -> None:
 
 
 def _check_targets(node: Any, path: Path, where: str = "net_config") -> None:
-    """Refuse any ``_target_`` outside the registry; rewrite legacy names to the current ones in place."""
+    """Refuse any ``_target_`` outside the registry (legacy names are read as today's: modernise_config)."""
     if isinstance(node, dict):
         target = node.get("_target_")
         if target is not None:
             _check_target(target, path, where)
-            node["_target_"] = canonical_name(str(target))
         for key, value in node.items():
             _check_targets(value, path, f"{where}.{key}")
     elif isinstance(node, list):
@@ -286,6 +292,7 @@ def _network_config(meta: dict, path: Path) -> dict:
     if not isinstance(net_config, dict) or not isinstance(net_config.get("encoder"), dict):
         raise CheckpointError(f"{path}: net_config is not a mapping with an 'encoder' and a 'decoder'")
     _check_targets(net_config, path)
+    modernise_config(net_config)  # earlier versions' class names and keys, as today's
     for where, value, lowest, highest in bad_sizes(net_config, "net_config", low=0):
         raise CheckpointError(f"{path}: {where} = {value!r} is outside [{lowest}, {highest:,}]")
     return net_config
@@ -344,7 +351,7 @@ def _provenance(value: Any, path: Path) -> dict:
     return dict(value)
 
 
-def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedCaptioner:
+def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedCheckpoint:
     """Rebuild the captioner of a training checkpoint (.ckpt) or a weights-only export (.safetensors).
 
     Every way a file can be unusable raises one :class:`CheckpointError` naming the file and the reason."""
@@ -352,7 +359,7 @@ def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -
     return build_captioner(*read_weights_and_meta(path, map_location), path)
 
 
-def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCaptioner:
+def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCheckpoint:
     """The captioner of an already read state dict and plain-data entry; ``path`` names them in errors."""
     try:
         vocab = Vocab.from_dict(meta["vocab"])
@@ -412,7 +419,7 @@ def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCaptioner:
             f"{path}: image_size = {image_size!r} (the input size the model was trained at); expected an "
             "integer in [8, 2048]"
         )
-    return LoadedCaptioner(
+    return LoadedCheckpoint(
         net=net,
         vocab=vocab,
         decoding=decoding,

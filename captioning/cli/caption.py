@@ -89,8 +89,8 @@ def add_parser(subparsers) -> None:
         "--rerank",
         type=path_arg,
         default=None,
-        metavar="MEMORY",
-        help="consensus reranking with this caption memory (built by `captioning memory`): each model's beams "
+        metavar="BANK",
+        help="consensus reranking with this caption bank (built by `captioning bank`): each model's beams "
         "and samples, the caption kept by a CIDEr-D vote of the candidates and the nearest training images; "
         "--num-beams sets its beams (default 5), it draws its own samples (--do-sample and "
         "--num-return-sequences are refused with it)",
@@ -179,18 +179,18 @@ def run(args: argparse.Namespace) -> int:
         for name, value in options.items():
             check_option(name, value)  # each flag alone, before the checkpoint is read
         if args.rerank is not None:
+            from captioning.inference.caption_bank import CaptionBank
             from captioning.inference.consensus import ConsensusReranker, RerankConfig
-            from captioning.inference.memory import CaptionMemory
 
             config = RerankConfig(seed=args.seed or 0, num_beams=args.num_beams or RerankConfig.num_beams)
             config.check_decoding(options, "--rerank")  # --num-beams is its beams; --do-sample refused
         model = Captioner.from_checkpoint(args.checkpoint, device=args.device)
         model.generation_config(**options)  # with the checkpoint's defaults, before any image is read
         reranker = None
-        if args.rerank is not None:  # a bad or mismatched memory file: one line, before any image is read
-            memory = CaptionMemory.load(args.rerank)
-            memory.check_encoder(model.encoder_identity, str(args.checkpoint[0]))
-            reranker = ConsensusReranker(config, memory)
+        if args.rerank is not None:  # a bad or mismatched bank file: one line, before any image is read
+            bank = CaptionBank.load(args.rerank)
+            bank.check_encoder(model.encoder_identity, str(args.checkpoint[0]))
+            reranker = ConsensusReranker(config, bank)
     except (CheckpointError, ValueError) as e:
         err(e)
         return 2

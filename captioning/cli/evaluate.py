@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         data_name = choices["data"]
         source = build_source(cfg.data, cfg.split)
         rerank = hydra.utils.instantiate(cfg.rerank) if cfg.get("rerank") is not None else None
-        memory_source = build_source(cfg.data, "train") if rerank is not None else None  # whose captions vote
+        bank_source = build_source(cfg.data, "train") if rerank is not None else None  # whose captions vote
         evaluation = evaluate_checkpoint(
             args.checkpoint,  # a list: one path, or several for their ensemble
             source,
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
             cache_dir=cfg.paths.cache if cfg.feature_cache else None,
             device=cfg.device,
             rerank=rerank,
-            memory_source=memory_source,
+            bank_source=bank_source,
             seed=args.seed,
         )
     except (*user_errors(), ValueError, RuntimeError) as err:  # e.g. a decoding value a check refused

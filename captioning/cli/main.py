@@ -1,4 +1,4 @@
-"""``captioning`` command: sub-commands caption, evaluate, score, export, demo, plot, tune, memory, models.
+"""``captioning`` command: sub-commands caption, evaluate, score, export, demo, plot, tune, bank, models.
 
 Only argparse and the sub-command modules (which import nothing heavy at module level) load before a
 command runs, so ``captioning --help`` answers at once; torch, Lightning and Hydra load in ``run``."""
@@ -13,7 +13,7 @@ from captioning.runtime import configure_process
 
 configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE offline unless set
 
-from captioning.cli import caption, demo, evaluate, export, memory, models, plot, score, tune  # noqa: E402
+from captioning.cli import bank, caption, demo, evaluate, export, models, plot, score, tune  # noqa: E402
 
 SUBCOMMANDS = {
     "caption": caption,
@@ -23,9 +23,10 @@ SUBCOMMANDS = {
     "demo": demo,
     "plot": plot,
     "tune": tune,
-    "memory": memory,
+    "bank": bank,
     "models": models,
 }
+ALIASES = {"memory": "bank"}  # earlier names of sub-commands (argparse reports the name typed)
 
 
 def version() -> str:
@@ -51,13 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS.values():
         module.add_parser(subparsers)
-    for sub in subparsers.choices.values():  # also after the sub-command: captioning evaluate --quiet ...
+    unique = {id(sub): sub for sub in subparsers.choices.values()}  # an alias maps to its command's parser
+    for sub in unique.values():  # also after the sub-command: captioning evaluate --quiet ...
         sub.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.command = ALIASES.get(args.command, args.command)
     from captioning import progress
 
     progress.set_quiet(args.quiet)  # set on every call: tests run several commands in one process

@@ -4,14 +4,14 @@
 sampling, with HF ``generate``'s option names (``config.py``); ``decode_captions`` turns its ids into words.
 """
 
-from captioning.decoding.captions import DecodedCaption, decode_captions
+from captioning.decoding.captions import Caption, decode_captions
 from captioning.decoding.config import GenerationConfig
-from captioning.decoding.search import Generated, beam_search, generate, greedy
+from captioning.decoding.search import SearchOutput, beam_search, generate, greedy
 
 __all__ = [
-    "DecodedCaption",
+    "Caption",
     "GenerationConfig",
-    "Generated",
+    "SearchOutput",
     "beam_search",
     "decode_captions",
     "generate",

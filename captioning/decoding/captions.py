@@ -11,11 +11,11 @@ from torch import Tensor
 
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
-from captioning.decoding.search import Generated, generate
+from captioning.decoding.search import SearchOutput, generate
 
 
 @dataclass
-class DecodedCaption:
+class Caption:
     """One caption as words, with the attention behind each word."""
 
     words: list[str]  # without <start>/<end>
@@ -55,7 +55,7 @@ class EmptyCaptions(BrokenOutput):
         super().__init__(name, ALL_EMPTY, checkpoint)
 
 
-def check_finite(decoded: list[DecodedCaption], name: str, checkpoint: object = None) -> None:
+def check_finite(decoded: list[Caption], name: str, checkpoint: object = None) -> None:
     """Raise :class:`NonFiniteScores` naming ``name`` (and ``checkpoint``) when a caption of ``decoded``
     scored NaN/inf.
 
@@ -65,7 +65,7 @@ def check_finite(decoded: list[DecodedCaption], name: str, checkpoint: object = 
         raise NonFiniteScores(name, checkpoint)
 
 
-def check_not_all_empty(decoded: list[DecodedCaption], name: str, checkpoint: object = None) -> None:
+def check_not_all_empty(decoded: list[Caption], name: str, checkpoint: object = None) -> None:
     """Raise :class:`EmptyCaptions` when every caption of a batch ``decoded`` is empty: one image may
     rightly get no words, a whole batch of them is a broken network captioning nothing."""
     if decoded and not any(c.words for c in decoded):
@@ -82,7 +82,7 @@ def decode_captions(
     *,
     features: Tensor | None = None,
     **options,
-) -> list[DecodedCaption]:
+) -> list[Caption]:
     """Encode ``inputs`` (B, 3, S, S) images, or the ``features`` a feature cache stored for its encoder
     (``CaptionModel.encode_features``), with ``net`` (a CaptionModel), ``generate``, and turn every row
     into words. Returns B·N captions (N = num_return_sequences, an image's adjacent, best first)."""
@@ -92,14 +92,14 @@ def decode_captions(
     return to_captions(generate(net.decoder, grid, config, generator=generator, **options), vocab)
 
 
-def to_captions(out: Generated, vocab: Vocab) -> list[DecodedCaption]:
+def to_captions(out: SearchOutput, vocab: Vocab) -> list[Caption]:
     """Every row of ``generate``'s output as words with their attention, in the same order."""
     decoded = []
     for row in range(out.tokens.shape[0]):
         words = vocab.decode(out.tokens[row].tolist())
         n_tokens = int(out.lengths[row])
         decoded.append(
-            DecodedCaption(
+            Caption(
                 words=words,
                 attention=out.attention[row, : len(words)].float().cpu(),  # (T, L)
                 token_log_probs=out.token_log_probs[row, :n_tokens].tolist(),

@@ -30,7 +30,7 @@ from captioning.models.decoders.base import Decoder
 
 
 @dataclass
-class Generated:
+class SearchOutput:
     """B·N rows (N = ``num_return_sequences``; an image's N captions adjacent, best first)."""
 
     tokens: Tensor  # (B·N, T) ids, <pad> after <end>
@@ -60,7 +60,7 @@ def generate(
     start_id: int = Vocab.start_id,
     end_id: int = Vocab.end_id,
     **options,
-) -> Generated:
+) -> SearchOutput:
     """Decode grids ``features`` (B, L, D) with ``config`` (options given by name override it).
 
     ``generator`` makes sampling reproducible (the same seed, the same captions)."""
@@ -94,7 +94,7 @@ def _search(
     mask: Tensor | None,
     start_id: int,
     end_id: int,
-) -> Generated:
+) -> SearchOutput:
     b, device = features.shape[0], features.device
     sample = cfg.do_sample
     r = cfg.num_return_sequences if sample else cfg.num_beams  # rows per image
@@ -154,7 +154,7 @@ def _search(
     else:
         order = ranking.topk(n, dim=-1).indices  # (B, N) best first
     keep = (base + order).view(-1)  # (B·N,)
-    return Generated(
+    return SearchOutput(
         tokens=history.index_select(0, keep),
         attention=att_history.index_select(0, keep),
         token_log_probs=logp_history.index_select(0, keep),
@@ -165,13 +165,13 @@ def _search(
     )
 
 
-def greedy(decoder: Decoder, features: Tensor, max_new_tokens: int = 20, **kwargs) -> Generated:
+def greedy(decoder: Decoder, features: Tensor, max_new_tokens: int = 20, **kwargs) -> SearchOutput:
     """The most likely word at each step: ``generate`` with one beam."""
     return generate(decoder, features, num_beams=1, max_new_tokens=max_new_tokens, **kwargs)
 
 
 def beam_search(
     decoder: Decoder, features: Tensor, num_beams: int = 3, max_new_tokens: int = 20, **kwargs
-) -> Generated:
+) -> SearchOutput:
     """Batched beam search: ``generate`` with ``num_beams`` beams per image."""
     return generate(decoder, features, num_beams=num_beams, max_new_tokens=max_new_tokens, **kwargs)

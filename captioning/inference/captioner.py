@@ -42,12 +42,12 @@ from PIL import Image
 from torch import Tensor
 
 from captioning.checkpoints.ensemble import load_captioners
-from captioning.checkpoints.load import LoadedCaptioner
+from captioning.checkpoints.load import LoadedCheckpoint
 from captioning.data.images import decode_rgb, image_to_tensor, load_rgb, to_rgb
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.decoding.captions import (  # noqa: F401 - the errors for callers
     BrokenOutput,
-    DecodedCaption,
+    Caption,
     EmptyCaptions,
     NonFiniteScores,
     check_finite,
@@ -280,7 +280,7 @@ def _name(image: ImageInput, index: int) -> str:
 class Captioner:
     """A trained captioner on a device: the network, its vocabulary and its decoding defaults."""
 
-    def __init__(self, loaded: LoadedCaptioner, device: str | torch.device = "cpu", bf16: bool = False):
+    def __init__(self, loaded: LoadedCheckpoint, device: str | torch.device = "cpu", bf16: bool = False):
         self.net, self.vocab = loaded.net, loaded.vocab
         self.decoding = GenerationConfig.from_dict(loaded.decoding)
         self.image_size, self.path, self.provenance = loaded.image_size, loaded.path, loaded.provenance
@@ -389,7 +389,7 @@ class Captioner:
             reranker.config.check_decoding(options)
         config = self.generation_config(**options)
         if reranker is not None:
-            reranker.memory.check_encoder(self.encoder_identity, str(self.path))
+            reranker.bank.check_encoder(self.encoder_identity, str(self.path))
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         if images is None or isinstance(images, Mapping) or not isinstance(images, (*SINGLE, Iterable)):
@@ -424,7 +424,7 @@ class Captioner:
 
     def _reranked(
         self, batch: Tensor, config: GenerationConfig, reranker: ConsensusReranker, names: list[str]
-    ) -> list[list[DecodedCaption]]:
+    ) -> list[list[Caption]]:
         """Per image: the caption the reranker keeps, then its other distinct candidates in their order."""
         grids = self.net.encode(batch)  # (B, L, D)
         options = reranker.candidates(self.net.decoder, grids, self.vocab, config)

@@ -9,7 +9,7 @@ training references (``captioning.metrics.cider``):
   estimates E_{w ~ p(w | I)}[CIDEr-D(c; w)], the expected score if the references were the model's;
 * **nearest-neighbour consensus** (Devlin et al. 2015, "Exploring nearest neighbor approaches for image
   captioning"): the reference captions of the k training images nearest to this one
-  (``memory.py``), evidence from outside the model.
+  (``bank.py``), evidence from outside the model.
 
     score(c) = mean_{e ∈ candidates} CIDEr-D(c; e) + weight · mean_{r ∈ neighbours' captions} CIDEr-D(c; r)
 
@@ -31,8 +31,8 @@ from torch import Tensor
 
 from captioning.data.vocab import Vocab
 from captioning.decoding import GenerationConfig, generate
-from captioning.decoding.captions import DecodedCaption, to_captions
-from captioning.inference.memory import CaptionMemory
+from captioning.decoding.captions import Caption, to_captions
+from captioning.inference.caption_bank import CaptionBank
 from captioning.metrics.cider import CiderD, Weighted
 from captioning.models.decoders.base import Decoder
 from captioning.models.decoders.ensemble import EnsembleDecoder
@@ -105,32 +105,32 @@ def _mean_similarity(hyps: Sequence[Weighted], refs: Sequence[Weighted], cider: 
 
 
 class ConsensusReranker:
-    """Candidates from decoders, scored by ``consensus_scores`` against themselves and the memory."""
+    """Candidates from decoders, scored by ``consensus_scores`` against themselves and the bank."""
 
-    def __init__(self, config: RerankConfig, memory: CaptionMemory):
+    def __init__(self, config: RerankConfig, bank: CaptionBank):
         if not isinstance(config, RerankConfig):
             raise TypeError(
                 f"ConsensusReranker: config is a {type(config).__name__}; expected a RerankConfig"
             )
         config.__post_init__()  # again: a config changed after it was made (object.__setattr__) is refused
-        self.config, self.memory = config, memory
-        self.cider = CiderD(memory.captions)  # document frequencies of the memory's (training) references
+        self.config, self.bank = config, bank
+        self.cider = CiderD(bank.captions)  # document frequencies of the bank's (training) references
         self.generator = torch.Generator().manual_seed(config.seed)
-        self._voices: dict[int, list[Weighted]] = {}  # memory image -> its captions' vectors, once each
+        self._voices: dict[int, list[Weighted]] = {}  # bank image -> its captions' vectors, once each
 
     def _voices_of(self, rows: Sequence[int]) -> list[Weighted]:
         for j in rows:
             if j not in self._voices:
-                self._voices[j] = [self.cider.vector(c) for c in self.memory.captions[j]]
+                self._voices[j] = [self.cider.vector(c) for c in self.bank.captions[j]]
         return [v for j in rows for v in self._voices[j]]
 
     def candidates(
         self, decoder: Decoder, grids: Tensor, vocab: Vocab, decoding: GenerationConfig
-    ) -> list[list[DecodedCaption]]:
+    ) -> list[list[Caption]]:
         """Per image of ``grids`` (B, L, D): each decoder's n best beams, then its samples."""
         cfg = self.config
         members = list(decoder.members) if isinstance(decoder, EnsembleDecoder) else [decoder]
-        per_image: list[list[DecodedCaption]] = [[] for _ in range(grids.shape[0])]
+        per_image: list[list[Caption]] = [[] for _ in range(grids.shape[0])]
         for member in members:
             runs = [(decoding.replace(num_beams=cfg.num_beams, num_return_sequences=cfg.num_beams), None)]
             if cfg.num_samples:
@@ -147,14 +147,14 @@ class ConsensusReranker:
 
     def votes(
         self,
-        candidates: Sequence[Sequence[DecodedCaption]],
+        candidates: Sequence[Sequence[Caption]],
         grids: Tensor,
         image_ids: Sequence[Hashable] | None = None,
     ) -> list[tuple[list[str], np.ndarray, np.ndarray]]:
         """Per image: its distinct candidate captions (first occurrence order), their mean CIDEr-D against
         all the candidates (repeats vote too) and against the nearest training images' captions."""
         k = self.config.neighbours
-        nearest = self.memory.nearest(grids, k, exclude=image_ids) if k else [[] for _ in candidates]
+        nearest = self.bank.nearest(grids, k, exclude=image_ids) if k else [[] for _ in candidates]
         out = []
         for options, rows in zip(candidates, nearest):
             texts = [" ".join(c.words) for c in options]
@@ -167,10 +167,10 @@ class ConsensusReranker:
 
     def choose(
         self,
-        candidates: Sequence[Sequence[DecodedCaption]],
+        candidates: Sequence[Sequence[Caption]],
         grids: Tensor,
         image_ids: Sequence[Hashable] | None = None,
-    ) -> list[DecodedCaption]:
+    ) -> list[Caption]:
         """The best-scored candidate of each image (ties: the earlier, i.e. the model's own order)."""
         chosen = []
         for options, (unique, own, neighbours) in zip(candidates, self.votes(candidates, grids, image_ids)):

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from captioning import progress
 from captioning.checkpoints.ensemble import load_captioners, members_label
-from captioning.checkpoints.load import LoadedCaptioner
+from captioning.checkpoints.load import LoadedCheckpoint
 from captioning.data.datamodule import ImageLoader
 from captioning.data.features import FeatureCache, encoder_identity
 from captioning.data.images import ImageError
@@ -38,8 +38,8 @@ from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.decoding.captions import check_finite, check_not_all_empty
 from captioning.decoding.search import hard_attention_layers
+from captioning.inference.caption_bank import CaptionBank
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
-from captioning.inference.memory import CaptionMemory
 from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
 from captioning.metrics.names import SCENE_METRICS
 from captioning.metrics.report import format_report, format_scene_metrics
@@ -89,7 +89,7 @@ def trained_data(meta: dict[str, Any], strict: bool = False) -> str | None:
 
 
 @dataclass
-class Decoded:
+class SplitCaptions:
     """Generated captions of every image of a source, in source order, with their attention."""
 
     image_ids: list[Any]
@@ -111,7 +111,7 @@ class Evaluation:
     data: str  # e.g. "synthetic/test"
     decoding: dict[str, Any]
     report: EvalReport
-    decoded: Decoded
+    decoded: SplitCaptions
     # Synthetic scenes only: every registered scene metric's result by name (captioning.metrics.scenes)
     scenes: dict[str, Any] | None = None
     params: dict[str, int] = field(default_factory=dict)  # {"total", "trainable"} of the network
@@ -161,21 +161,21 @@ def build_source(data_cfg: DictConfig, split: str) -> CaptionSource:
 
 @torch.no_grad()
 def decode_source(
-    model: LoadedCaptioner,
+    model: LoadedCheckpoint,
     source: CaptionSource,
     decoding: dict[str, Any],
     batch_size: int = 50,
     feature_cache: FeatureCache | None = None,
     reranker: ConsensusReranker | None = None,
     generator: torch.Generator | None = None,
-) -> Decoded:
+) -> SplitCaptions:
     """Caption every image of ``source`` with ``generate(**decoding)``; features come from the cache if given.
     With a ``reranker``, each image's caption is the one it chooses among the decoders' candidates.
     ``generator`` draws the samples of ``do_sample`` (repeatable runs). A batch whose scores are not finite
     or whose captions are all empty is an error naming the checkpoint: a broken network is never scored."""
     inputs = model_inputs(model, source, feature_cache)
     device = next(model.net.parameters()).device
-    decoded = Decoded([], [], [], [], (model.net.grid_size, model.net.grid_size))
+    decoded = SplitCaptions([], [], [], [], (model.net.grid_size, model.net.grid_size))
     desc = "decoding" if reranker is None else "decoding and reranking"
     for start in progress.batches(len(source), batch_size, desc):
         indices, rows = [], []
@@ -216,7 +216,7 @@ def decode_source(
 
 
 def frozen_feature_cache(
-    model: LoadedCaptioner, cache_dir: str | Path | None, device: str = "cpu"
+    model: LoadedCheckpoint, cache_dir: str | Path | None, device: str = "cpu"
 ) -> FeatureCache | None:
     """The feature cache in ``cache_dir`` for a frozen encoder; None without a folder or for an encoder
     that trains (its grids change with its weights)."""
@@ -227,7 +227,7 @@ def frozen_feature_cache(
 
 
 def model_inputs(
-    model: LoadedCaptioner, source: CaptionSource, feature_cache: FeatureCache | None
+    model: LoadedCheckpoint, source: CaptionSource, feature_cache: FeatureCache | None
 ) -> Callable[[int], torch.Tensor]:
     """Image i of ``source`` as the model reads it: its cached grid (``model.net.encode_features``) with a
     ``feature_cache``, else the image itself (``model.net.encode``)."""
@@ -236,26 +236,26 @@ def model_inputs(
     return ImageLoader(source, model.image_size)
 
 
-def build_memory(
-    model: LoadedCaptioner,
+def build_caption_bank(
+    model: LoadedCheckpoint,
     source: CaptionSource,
     feature_cache: FeatureCache | None,
     skipped: list[str] | None = None,
     batch_size: int = 250,
-) -> CaptionMemory:
-    """The caption memory of ``source`` (a training split) seen through ``model``'s encoder, with its identity.
+) -> CaptionBank:
+    """The caption bank of ``source`` (a training split) seen through ``model``'s encoder, with its identity.
 
-    An unreadable image is left out of the memory (as training and evaluate skip it): one line per image
+    An unreadable image is left out of the bank (as training and evaluate skip it): one line per image
     is appended to ``skipped`` when given, else one warning names how many and the first."""
     from captioning import progress
     from captioning.data.tokenize import tokenize
-    from captioning.inference.memory import pooled
+    from captioning.inference.caption_bank import pooled
 
     inputs = model_inputs(model, source, feature_cache)
     lines: list[str] = []
     vectors, kept = [], []
     with torch.no_grad():
-        for start in progress.batches(len(source), batch_size, "caption memory"):
+        for start in progress.batches(len(source), batch_size, "caption bank"):
             rows = []
             for i in range(start, min(start + batch_size, len(source))):
                 try:
@@ -268,24 +268,24 @@ def build_memory(
                 vectors.append(pooled(model.net.encode_batch({key: torch.stack(rows)})))  # (b, D)
     if not kept:
         raise ValueError(
-            f"the caption memory has no readable image ({len(lines)} of {len(source)} could not be read; "
+            f"the caption bank has no readable image ({len(lines)} of {len(source)} could not be read; "
             f"the first: {lines[0] if lines else 'none'})"
         )
     if skipped is not None:
         skipped.extend(lines)
     elif lines:
         warnings.warn(
-            f"caption memory: skipped {len(lines)} unreadable images of {len(source)}; the first: {lines[0]}",
+            f"caption bank: skipped {len(lines)} unreadable images of {len(source)}; the first: {lines[0]}",
             stacklevel=2,
         )
     captions = [[t for t in (" ".join(tokenize(c)) for c in source.captions(i)) if t] for i in kept]
-    return CaptionMemory(
+    return CaptionBank(
         torch.cat(vectors), captions, [source.image_id(i) for i in kept],
         encoder_identity(model.net.encoder, model.image_size),
     )  # fmt: skip
 
 
-def scene_results(decoded: Decoded, source: CaptionSource) -> dict[str, Any]:
+def scene_results(decoded: SplitCaptions, source: CaptionSource) -> dict[str, Any]:
     """Every registered scene metric of the decoded captions against the source's scenes (the path
     validation takes: captioning.metrics.scenes.score_scenes)."""
     scenes = [source.scene(i) for i in decoded.indices]  # boxes are in pixels of each scene's canvas
@@ -293,7 +293,7 @@ def scene_results(decoded: Decoded, source: CaptionSource) -> dict[str, Any]:
     return score_scenes(decoded.captions, decoded.tokens, decoded.attention, decoded.grid, sizes, objects)
 
 
-def synthetic_grounding(decoded: Decoded, source: SyntheticSource) -> dict[str, float | int]:
+def synthetic_grounding(decoded: SplitCaptions, source: SyntheticSource) -> dict[str, float | int]:
     """Attention grounding of the decoded captions against the scenes' object boxes."""
     return scene_results(decoded, source)["grounding"]
 
@@ -309,7 +309,7 @@ def evaluate_checkpoint(
     cache_dir: str | Path | None = None,
     device: str = "cpu",
     rerank: RerankConfig | None = None,
-    memory_source: CaptionSource | None = None,
+    bank_source: CaptionSource | None = None,
     seed: int = 0,
 ) -> Evaluation:
     """Decode ``source`` with the checkpoint and score it. ``decoding`` options (HF ``generate`` names)
@@ -320,7 +320,7 @@ def evaluate_checkpoint(
     there, the same one training used; otherwise images go through the encoder.
 
     With ``rerank``, captions are chosen among candidates by consensus (``captioning.inference.consensus``)
-    with a caption memory of ``memory_source`` (the training split) built with the same encoder.
+    with a caption bank of ``bank_source`` (the training split) built with the same encoder.
 
     ``seed`` seeds the sampler of ``do_sample`` (recorded in the scores: the same seed, the same captions).
     """
@@ -343,9 +343,9 @@ def evaluate_checkpoint(
     cache = frozen_feature_cache(model, cache_dir, device)
     reranker = None
     if rerank is not None:
-        if memory_source is None:
-            raise ValueError("rerank needs a memory_source: the training split whose captions vote")
-        reranker = ConsensusReranker(rerank, build_memory(model, memory_source, cache))
+        if bank_source is None:
+            raise ValueError("rerank needs a bank_source: the training split whose captions vote")
+        reranker = ConsensusReranker(rerank, build_caption_bank(model, bank_source, cache))
     generator = torch.Generator(device=device).manual_seed(seed)
     decoded = decode_source(model, source, decoding, batch_size, cache, reranker, generator)
     decoded_ids = set(decoded.image_ids)  # unreadable images are left out of the scores (and reported)

@@ -16,7 +16,7 @@ from captioning.models.attention.gumbel import GumbelHardAttention
 from captioning.models.attention.multihead import MultiHeadAttention
 from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.models.attention.soft import AdditiveAttention
-from captioning.models.captioner import CaptionModel
+from captioning.models.caption_model import CaptionModel
 from captioning.models.decoders.lstm import LSTMDecoder
 from captioning.models.decoders.transformer import TransformerDecoder
 from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN, TorchvisionEncoder
@@ -41,7 +41,9 @@ MODEL_CLASSES: dict[str, type] = {
 
 # Names that checkpoints of earlier versions carry, and the class they now mean.
 LEGACY_NAMES: dict[str, str] = {
-    "captioning.models.captioner.Captioner": "captioning.models.captioner.CaptionModel",
+    "captioning.models.captioner.Captioner": "captioning.models.caption_model.CaptionModel",
+    # models/captioner.py became models/caption_model.py (inference/captioner.py is the user-facing Captioner).
+    "captioning.models.captioner.CaptionModel": "captioning.models.caption_model.CaptionModel",
     # Lite0-only before Lite1/2 (the same modules and defaults: variant lite0).
     "captioning.models.encoders.EfficientNetLite0Encoder": "captioning.models.encoders.EfficientNetLiteEncoder",
     # Both hard-attention layers lived in attention/hard.py before each got its own module.
@@ -50,10 +52,35 @@ LEGACY_NAMES: dict[str, str] = {
 }
 
 
+# Keys that checkpoints of earlier versions carry, per class, and what they are now called.
+LEGACY_KEYS: dict[str, dict[str, str]] = {
+    # The Transformer's feed-forward width was "hidden_dim", the LSTM's state width's name (0.3: ff_dim).
+    "captioning.models.decoders.transformer.TransformerDecoder": {"hidden_dim": "ff_dim"},
+}
+
+
 def canonical_name(target: str) -> str | None:
     """The registered name ``target`` stands for (itself, or what a legacy name became); None if neither."""
     target = LEGACY_NAMES.get(target, target)
     return target if target in MODEL_CLASSES else None
+
+
+def modernise_config(node: Any) -> None:
+    """Today's class names and keys in a saved network config, in place: every ``_target_`` that
+    ``LEGACY_NAMES`` knows, and the keys of ``LEGACY_KEYS`` (a node that already has the new key keeps
+    it; the old one is dropped). Unknown targets are left for the caller to refuse."""
+    if isinstance(node, dict):
+        if "_target_" in node:
+            target = canonical_name(str(node["_target_"]))
+            node["_target_"] = target or node["_target_"]
+            for old, new in LEGACY_KEYS.get(target or "", {}).items():
+                if old in node:
+                    node.setdefault(new, node.pop(old))
+        for value in node.values():
+            modernise_config(value)
+    elif isinstance(node, list):
+        for value in node:
+            modernise_config(value)
 
 
 # Bounds on the sizes a network config may ask for, shared by the start-up check of a training config

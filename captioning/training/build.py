@@ -15,7 +15,7 @@ def net_config(model_cfg: DictConfig, vocab_size: int) -> DictConfig:
     """The CaptionModel's config (encoder + decoder with its vocabulary size), as saved in checkpoints."""
     net = OmegaConf.create(
         {
-            "_target_": "captioning.models.captioner.CaptionModel",
+            "_target_": "captioning.models.caption_model.CaptionModel",
             "encoder": OmegaConf.to_container(model_cfg.encoder, resolve=True),
             "decoder": OmegaConf.to_container(model_cfg.decoder, resolve=True),
         }

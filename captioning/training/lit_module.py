@@ -29,7 +29,7 @@ from captioning.losses import caption_loss
 from captioning.metrics.coco import score_captions
 from captioning.metrics.names import METRICS, SCENE_METRICS
 from captioning.metrics.scenes import scene_values, score_scenes
-from captioning.models.captioner import CaptionModel
+from captioning.models.caption_model import CaptionModel
 from captioning.models.decoders.base import Decoder, shift_inputs
 
 

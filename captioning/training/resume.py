@@ -14,6 +14,7 @@ number of batches, drawn from a freshly shuffled loader (the sampler position is
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,10 @@ from captioning.checkpoints.load import read_checkpoint
 from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import vocabulary_difference
 from captioning.errors import UserError
-from captioning.models.registry import MODEL_CLASSES, canonical_name
+from captioning.models.registry import MODEL_CLASSES, canonical_name, modernise_config
 
 LAST = "last"
+AUTO = "auto"  # resume if last.ckpt exists, else start; a finished run (run.json) is not trained again
 
 
 class ResumeError(ValueError, UserError):
@@ -38,9 +40,14 @@ def last_checkpoint_path(output_dir: str | Path) -> Path:
 
 
 def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | None:
-    """``None`` -> ``None`` (fresh run); ``"last"`` -> ``<output_dir>/checkpoints/last.ckpt``; else a file."""
+    """``None`` -> ``None`` (fresh run); ``"last"`` -> ``<output_dir>/checkpoints/last.ckpt``; ``"auto"`` ->
+    that file if it exists, else ``None`` (a preempted or stopped sweep job, re-run with the same command,
+    goes on where it stopped); else a file."""
     if ckpt_path is None or str(ckpt_path) == "":
         return None
+    if str(ckpt_path) == AUTO:
+        path = last_checkpoint_path(output_dir)
+        return str(path) if path.is_file() else None
     if str(ckpt_path) == LAST:
         path = last_checkpoint_path(output_dir)
         if not path.is_file():
@@ -53,6 +60,20 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
     if not path.is_file():
         raise ResumeError(f"ckpt_path={ckpt_path}: no such checkpoint file")
     return str(path)
+
+
+def finished_run(output_dir: str | Path) -> str | None:
+    """The best checkpoint of a run that finished in ``output_dir`` (its ``run.json`` says ``finished`` and
+    names an existing file), else ``None``: what ``ckpt_path=auto`` returns instead of training again."""
+    path = Path(output_dir) / "run.json"
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    checkpoint = summary.get("checkpoint") if isinstance(summary, dict) else None
+    if summary.get("finished") is True and isinstance(checkpoint, str) and Path(checkpoint).is_file():
+        return checkpoint
+    return None
 
 
 def checkpoint_folders(cfg: Any) -> list[Path]:
@@ -108,6 +129,7 @@ def _config_differences(saved: str | dict | None, current: str) -> list[str]:
     """The keys whose values differ. A key the saved config lacks matches when this run sets it to its
     constructor default: an option added after the checkpoint was written, left as it was then."""
     as_dict = [OmegaConf.to_container(OmegaConf.create(c or {}), resolve=True) for c in (saved, current)]
+    modernise_config(as_dict[0])  # an earlier version's names, read as today's
     old, new = (_flatten(c) for c in as_dict)
     for key in new.keys() - old.keys():
         old[key] = _default_of(new, key)

@@ -29,10 +29,12 @@ from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
 from captioning.training.resume import (  # noqa: E402
+    AUTO,
     averages_weights,
     check_fresh_run_dir,
     check_resume_matches,
     checkpoint_folders,
+    finished_run,
     last_checkpoint_path,
     resolve_ckpt_path,
 )
@@ -67,6 +69,16 @@ def train(cfg: DictConfig) -> str:
     # Config mistakes fail here in seconds, before the data is read or any training time is spent.
     check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
     check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
+    if (
+        str(cfg.get("ckpt_path")) == AUTO
+    ):  # a sweep re-run after a stop: its finished jobs are not trained again
+        done = finished_run(cfg.output_dir)
+        if done:
+            print(
+                f"ckpt_path=auto: {cfg.output_dir} holds a finished run (run.json); its best: {done}",
+                file=sys.stderr,
+            )
+            return done
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), cfg.output_dir)  # "last" -> output_dir/checkpoints
     if ckpt_path and cfg.get("init_from"):  # the same overrides plus ckpt_path=last: the resumed weights win
         print(f"resuming from {ckpt_path}: init_from={cfg.init_from} is not loaded", file=sys.stderr)

@@ -143,7 +143,8 @@ def check_config(cfg: DictConfig) -> None:
         value = _get(cfg, key)
         need(value is None or (_is_int(value) and value >= 1), key, "an integer >= 1")
     scst = str(_get(cfg, "model._target_") or "").endswith("SelfCriticalLitModule")
-    if scst and not _get(cfg, "init_from") and not _get(cfg, "ckpt_path"):  # resuming has its own weights
+    resuming = _get(cfg, "ckpt_path") not in (None, "", "auto")  # auto may start afresh: it needs init_from
+    if scst and not _get(cfg, "init_from") and not resuming:  # resuming has its own weights
         problems.append(
             "init_from=None: objective=scst starts from a cross-entropy checkpoint; expected init_from=CKPT "
             "(or ckpt_path=last to resume an SCST run)"

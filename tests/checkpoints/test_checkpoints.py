@@ -174,7 +174,7 @@ def test_the_caption_cli_refuses_a_malicious_checkpoint(good: Path, tmp_path: Pa
 def _with_encoder_target(good: Path, tmp_path: Path, target: str, marker: Path) -> Path:
     checkpoint = torch.load(good, weights_only=True)
     net_config = f"""
-_target_: captioning.models.captioner.CaptionModel
+_target_: captioning.models.caption_model.CaptionModel
 encoder:
   _target_: {target}
   _args_: ["touch {marker}"]
@@ -191,7 +191,7 @@ decoder: {{}}
     [
         "os.system",  # outside the package
         "captioning.training.train.os.system",  # starts with "captioning." but resolves to os.system
-        "captioning.models.captioner.nn.Linear",  # a torch class reached through a captioning module
+        "captioning.models.caption_model.nn.Linear",  # a torch class reached through a captioning module
         "captioning.data.sources.SyntheticSource",  # a class of the package, but no network part
         "captioning.metrics.coco.score_captions",  # a function of the package
     ],

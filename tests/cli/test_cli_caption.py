@@ -214,7 +214,7 @@ def run_before_torch(cwd, *argv):
     return int(status), torch_loaded == "True", proc.stderr
 
 
-@pytest.mark.parametrize("command", ["caption", "evaluate", "tune", "memory", "export"])
+@pytest.mark.parametrize("command", ["caption", "evaluate", "tune", "bank", "export"])
 def test_a_misspelt_checkpoint_is_one_line_with_the_nearest_name_before_torch_is_imported(tmp_path, command):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "best.ckpt").write_bytes(b"not read")
@@ -223,7 +223,7 @@ def test_a_misspelt_checkpoint_is_one_line_with_the_nearest_name_before_torch_is
         "caption": ["caption", "photo.png", "--checkpoint", "run/bets.ckpt"],
         "evaluate": ["evaluate", "--checkpoint", "run/bets.ckpt", "data=synthetic"],
         "tune": ["tune", "--checkpoint", "run/bets.ckpt"],
-        "memory": ["memory", "--checkpoint", "run/bets.ckpt", "--out", "m.safetensors"],
+        "bank": ["bank", "--checkpoint", "run/bets.ckpt", "--out", "m.safetensors"],
         "export": ["export", "run/bets.ckpt", "out.safetensors"],
     }[command]
     status, torch_loaded, err = run_before_torch(tmp_path, *argv)

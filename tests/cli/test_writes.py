@@ -17,8 +17,8 @@ import torch
 
 from captioning.cli.main import main as captioning_main
 from captioning.writes import (
+    BANK,
     EXPORT,
-    MEMORY,
     SAFETENSORS,
     TRAINING_CHECKPOINT,
     OutputError,
@@ -32,11 +32,11 @@ GRID = ["--num-beams", "1", "--length-penalty", "0", "--no-repeat-ngram-size", "
 VAL = ["data=synthetic", "data.val.num_images=4", "feature_cache=false"]
 
 
-def a_memory(path: Path) -> Path:
-    from captioning.inference.memory import CaptionMemory, pooled
+def a_bank(path: Path) -> Path:
+    from captioning.inference.caption_bank import CaptionBank, pooled
 
     refs = [["a red circle"], ["a blue square"]]
-    CaptionMemory(pooled(torch.randn(2, 4, 8)), refs, [0, 1], {"encoder": "x"}).save(path)
+    CaptionBank(pooled(torch.randn(2, 4, 8)), refs, [0, 1], {"encoder": "x"}).save(path)
     return path
 
 
@@ -63,7 +63,7 @@ def test_model_files_are_told_apart_by_their_bytes(good_checkpoint, tmp_path) ->
     assert model_kind(good_checkpoint) == TRAINING_CHECKPOINT
     assert model_kind(pickled) == TRAINING_CHECKPOINT
     assert model_kind(exported(good_checkpoint, tmp_path / "e.safetensors")) == EXPORT
-    assert model_kind(a_memory(tmp_path / "m.safetensors")) == MEMORY
+    assert model_kind(a_bank(tmp_path / "m.safetensors")) == BANK
     assert model_kind(weights) == SAFETENSORS
     assert model_kind(notes) is None and model_kind(tmp_path / "missing") is None
 
@@ -87,10 +87,10 @@ def test_an_output_refuses_devices_pipes_folders_inputs_and_model_files(good_che
             output(same, "the scores", inputs={results: "the results"})
     with pytest.raises(OutputError, match=f"{good_checkpoint}: is a training checkpoint; refusing"):
         output(good_checkpoint, "the scores")
-    memory = a_memory(tmp_path / "m.safetensors")
-    with pytest.raises(OutputError, match="is not a weights-only export but a caption memory"):
-        output(memory, "the export", kind=EXPORT)
-    assert output(memory, "the caption memory", kind=MEMORY).target == memory  # a memory replaces one
+    bank = a_bank(tmp_path / "m.safetensors")
+    with pytest.raises(OutputError, match="is not a weights-only export but a caption bank"):
+        output(bank, "the export", kind=EXPORT)
+    assert output(bank, "the caption bank", kind=BANK).target == bank  # a bank replaces one
     blocked = tmp_path / "file"
     blocked.write_text("")
     with pytest.raises(OutputError, match=f"cannot create its folder {blocked}"):
@@ -127,44 +127,44 @@ def test_a_link_is_written_through_and_kept(tmp_path) -> None:
 # ------------------------------------------------------------------------------------- the commands
 
 
-def test_memory_never_replaces_its_checkpoint_another_model_or_a_device(
+def test_bank_never_replaces_its_checkpoint_another_model_or_a_device(
     good_checkpoint, tmp_path, monkeypatch, capsys
 ) -> None:
     import captioning.inference.evaluation as evaluation
 
     def no_build(*args, **kwargs):
-        raise AssertionError("the memory was built before its output was checked")
+        raise AssertionError("the bank was built before its output was checked")
 
-    monkeypatch.setattr(evaluation, "build_memory", no_build)
+    monkeypatch.setattr(evaluation, "build_caption_bank", no_build)
     other = tmp_path / "other.ckpt"
     other.write_bytes(good_checkpoint.read_bytes())
     before = good_checkpoint.read_bytes()
-    fifo, link = fifo_and_link(tmp_path, "memory")
+    fifo, link = fifo_and_link(tmp_path, "bank")
     blocked = tmp_path / "file"
     blocked.write_text("")
     cases = [
-        (good_checkpoint, "the checkpoint the memory is built with"),
-        (other, "is not a caption memory but a training checkpoint"),
+        (good_checkpoint, "the checkpoint the bank is built with"),
+        (other, "is not a caption bank but a training checkpoint"),
         (fifo, "is not a regular file"),
         (link, "is not a regular file"),
         (blocked / "m.safetensors", f"cannot create its folder {blocked}"),
     ]
     for out, fragment in cases:
-        argv = ["memory", "--checkpoint", str(good_checkpoint), "--out", str(out)]
+        argv = ["bank", "--checkpoint", str(good_checkpoint), "--out", str(out)]
         assert captioning_main([*argv, "data.train.num_images=4", "feature_cache=false"]) == 2
         assert_one_line(capsys.readouterr().err, f"--out {out}", fragment)
     assert good_checkpoint.read_bytes() == before and other.read_bytes() == before
     assert fifo.is_fifo() and link.is_symlink()
 
 
-def test_memory_makes_a_missing_folder_and_replaces_an_earlier_memory(good_checkpoint, tmp_path) -> None:
-    from captioning.inference.memory import CaptionMemory
+def test_bank_makes_a_missing_folder_and_replaces_an_earlier_memory(good_checkpoint, tmp_path) -> None:
+    from captioning.inference.caption_bank import CaptionBank
 
-    out = tmp_path / "new" / "memory.safetensors"
-    argv = ["memory", "--checkpoint", str(good_checkpoint), "--out", str(out), "feature_cache=false"]
-    assert captioning_main([*argv, "data.train.num_images=4"]) == 0 and len(CaptionMemory.load(out)) == 4
-    assert captioning_main([*argv, "data.train.num_images=3"]) == 0 and len(CaptionMemory.load(out)) == 3
-    assert [p.name for p in out.parent.iterdir()] == ["memory.safetensors"]
+    out = tmp_path / "new" / "bank.safetensors"
+    argv = ["bank", "--checkpoint", str(good_checkpoint), "--out", str(out), "feature_cache=false"]
+    assert captioning_main([*argv, "data.train.num_images=4"]) == 0 and len(CaptionBank.load(out)) == 4
+    assert captioning_main([*argv, "data.train.num_images=3"]) == 0 and len(CaptionBank.load(out)) == 3
+    assert [p.name for p in out.parent.iterdir()] == ["bank.safetensors"]
 
 
 def test_tune_never_writes_its_json_over_the_checkpoint_it_tunes(good_checkpoint, tmp_path, capsys) -> None:

@@ -1,4 +1,4 @@
-"""Consensus reranking (captioning.inference.consensus) and its caption memory (captioning.inference.memory)."""
+"""Consensus reranking (captioning.inference.consensus) and its caption bank (captioning.inference.caption_bank)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from captioning.cli.main import main
 from captioning.data.datamodule import ImageLoader
 from captioning.data.sources import SyntheticSource
 from captioning.decoding import GenerationConfig, generate
-from captioning.decoding.captions import DecodedCaption, to_captions
+from captioning.decoding.captions import Caption, to_captions
+from captioning.inference.caption_bank import CaptionBank, pooled
 from captioning.inference.captioner import Captioner
 from captioning.inference.consensus import ConsensusReranker, RerankConfig, consensus_scores
-from captioning.inference.memory import CaptionMemory, pooled
 from captioning.inference.tuning import SplitScorer
 from captioning.metrics.cider import CiderD
 from captioning.models.decoders.ensemble import EnsembleDecoder
@@ -29,13 +29,13 @@ REFS = [
 ]
 
 
-def caption(text: str) -> DecodedCaption:
+def caption(text: str) -> Caption:
     words = text.split()
-    return DecodedCaption(words, torch.zeros(len(words), 4), [0.0] * (len(words) + 1), 0.0, 0.0)
+    return Caption(words, torch.zeros(len(words), 4), [0.0] * (len(words) + 1), 0.0, 0.0)
 
 
-def memory_of(vectors: list[list[float]], refs=REFS) -> CaptionMemory:
-    return CaptionMemory(
+def bank_of(vectors: list[list[float]], refs=REFS) -> CaptionBank:
+    return CaptionBank(
         torch.nn.functional.normalize(torch.tensor(vectors, dtype=torch.float32), dim=-1),
         refs,
         list(range(len(refs))),
@@ -62,7 +62,7 @@ def test_consensus_score_is_the_mean_over_the_evidence_repeats_counted():
 
 
 def test_without_neighbours_the_majority_candidate_is_kept():
-    reranker = ConsensusReranker(RerankConfig(neighbours=0), memory_of([[1, 0], [0, 1], [1, 1]]))
+    reranker = ConsensusReranker(RerankConfig(neighbours=0), bank_of([[1, 0], [0, 1], [1, 1]]))
     options = [[caption("a man sits on a bench"), caption("a dog runs"), caption("a dog runs on grass")]]
     chosen = reranker.choose(options, torch.zeros(1, 3, 2))
     assert " ".join(chosen[0].words) in {"a dog runs", "a dog runs on grass"}  # two of three about a dog
@@ -70,35 +70,35 @@ def test_without_neighbours_the_majority_candidate_is_kept():
 
 
 def test_the_nearest_images_captions_outvote_the_models_first_choice():
-    memory = memory_of([[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]])
+    bank = bank_of([[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]])
     options = [[caption("a man sitting on a bench"), caption("a dog running through the grass")]]
-    near_man = torch.tensor([[[0.0, 1.0]]])  # (B=1, L=1, D=2): pooled, nearest to memory image 1
+    near_man = torch.tensor([[[0.0, 1.0]]])  # (B=1, L=1, D=2): pooled, nearest to bank image 1
     near_dog = torch.tensor([[[1.0, 0.05]]])
     config = RerankConfig(neighbours=1, weight=100.0)
-    assert ConsensusReranker(config, memory).choose(options, near_dog)[0].words[1] == "dog"
-    assert ConsensusReranker(config, memory).choose(options, near_man)[0].words[1] == "man"
+    assert ConsensusReranker(config, bank).choose(options, near_dog)[0].words[1] == "dog"
+    assert ConsensusReranker(config, bank).choose(options, near_man)[0].words[1] == "man"
 
 
-def test_memory_returns_the_nearest_by_cosine_and_never_the_query_itself():
-    memory = memory_of([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+def test_bank_returns_the_nearest_by_cosine_and_never_the_query_itself():
+    bank = bank_of([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
     query = torch.tensor([[[1.0, 0.1], [1.0, -0.1]]])  # (1, 2, 2): mean (1, 0)
-    assert memory.nearest(query, 3) == [[0, 1, 2]]
-    assert memory.nearest(query, 2, exclude=[0]) == [[1, 2]]  # image 0 is the query: left out
-    assert memory.nearest(query, 5, exclude=[7]) == [[0, 1, 2]]  # an id outside the memory: nothing left out
+    assert bank.nearest(query, 3) == [[0, 1, 2]]
+    assert bank.nearest(query, 2, exclude=[0]) == [[1, 2]]  # image 0 is the query: left out
+    assert bank.nearest(query, 5, exclude=[7]) == [[0, 1, 2]]  # an id outside the bank: nothing left out
     assert pooled(query).norm(dim=-1).tolist() == pytest.approx([1.0])
-    with pytest.raises(ValueError, match=r"queries have D=3, the memory D=2"):
-        memory.nearest(torch.zeros(1, 4, 3), 1)
+    with pytest.raises(ValueError, match=r"queries have D=3, the bank D=2"):
+        bank.nearest(torch.zeros(1, 4, 3), 1)
     with pytest.raises(ValueError, match="2 vectors, 3 caption lists"):
-        CaptionMemory(torch.zeros(2, 2), REFS, [0, 1, 2])
+        CaptionBank(torch.zeros(2, 2), REFS, [0, 1, 2])
 
 
-def test_memory_built_from_a_source_pools_what_encode_returns():
+def test_bank_built_from_a_source_pools_what_encode_returns():
     source = SyntheticSource(6, seed=3, split="train")
     grids = torch.randn(6, 4, 5)
-    memory = CaptionMemory.build(lambda x: x, lambda i: grids[i], source, batch_size=4)
-    assert torch.allclose(memory.vectors, pooled(grids))
-    assert memory.image_ids == [source.image_id(i) for i in range(6)]
-    assert memory.captions[2] == [" ".join(c.lower().split()) for c in source.captions(2)]
+    bank = CaptionBank.build(lambda x: x, lambda i: grids[i], source, batch_size=4)
+    assert torch.allclose(bank.vectors, pooled(grids))
+    assert bank.image_ids == [source.image_id(i) for i in range(6)]
+    assert bank.captions[2] == [" ".join(c.lower().split()) for c in source.captions(2)]
 
 
 @pytest.mark.parametrize(
@@ -118,8 +118,8 @@ def test_an_ensembles_candidates_are_each_members_own(tiny_checkpoint):
     net = load_captioner(tiny_checkpoint).net
     vocab = load_captioner(tiny_checkpoint).vocab
     grids = net.encode(torch.rand(2, 3, 64, 64))
-    memory = memory_of([[1.0] * grids.shape[-1]], refs=[["a shape"]])
-    reranker = ConsensusReranker(RerankConfig(num_beams=3, num_samples=0), memory)
+    bank = bank_of([[1.0] * grids.shape[-1]], refs=[["a shape"]])
+    reranker = ConsensusReranker(RerankConfig(num_beams=3, num_samples=0), bank)
     single = reranker.candidates(net.decoder, grids, vocab, GenerationConfig())
     both = reranker.candidates(EnsembleDecoder([net.decoder, net.decoder]), grids, vocab, GenerationConfig())
     beams = to_captions(generate(net.decoder, grids, num_beams=3, num_return_sequences=3), vocab)
@@ -154,7 +154,7 @@ def test_evaluate_with_one_candidate_reranks_to_plain_decoding(tiny_checkpoint, 
     loader = ImageLoader(SyntheticSource(6, seed=0, split="test"), model.image_size)
     grids = model.net.encode(torch.stack([loader(i) for i in range(6)]))
     decoding = GenerationConfig.from_dict(model.decoding).replace(num_beams=3)
-    reranker = ConsensusReranker(RerankConfig(), memory_of([[1.0] * grids.shape[-1]], refs=[["a shape"]]))
+    reranker = ConsensusReranker(RerankConfig(), bank_of([[1.0] * grids.shape[-1]], refs=[["a shape"]]))
     options = reranker.candidates(model.net.decoder, grids, model.vocab, decoding)
     assert len(options[0]) == 15  # 5 beams + 10 samples
     for kept, image in zip(results["full"], options):
@@ -167,27 +167,27 @@ def test_evaluate_refuses_a_bad_rerank_value_in_one_line(tiny_checkpoint, capsys
     assert code == 2 and "rerank.top_p" in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_saved_memory_loads_as_it_was_and_a_bad_file_is_named(tmp_path):
-    memory = CaptionMemory(pooled(torch.randn(3, 4, 6)), REFS, ["a.jpg", "b.jpg", "c.jpg"], {"grid": 2})
-    memory.save(tmp_path / "memory.safetensors")
-    again = CaptionMemory.load(tmp_path / "memory.safetensors")
-    assert torch.allclose(again.vectors, memory.vectors, atol=1e-3)  # stored as float16
+def test_a_saved_bank_loads_as_it_was_and_a_bad_file_is_named(tmp_path):
+    bank = CaptionBank(pooled(torch.randn(3, 4, 6)), REFS, ["a.jpg", "b.jpg", "c.jpg"], {"grid": 2})
+    bank.save(tmp_path / "bank.safetensors")
+    again = CaptionBank.load(tmp_path / "bank.safetensors")
+    assert torch.allclose(again.vectors, bank.vectors, atol=1e-3)  # stored as float16
     assert (again.captions, again.image_ids, again.encoder) == (
-        memory.captions,
-        memory.image_ids,
+        bank.captions,
+        bank.image_ids,
         {"grid": 2},
     )
-    (tmp_path / "other.safetensors").write_bytes(b"not a memory")
-    with pytest.raises(ValueError, match=r"other\.safetensors: not a caption memory"):
-        CaptionMemory.load(tmp_path / "other.safetensors")
+    (tmp_path / "other.safetensors").write_bytes(b"not a bank")
+    with pytest.raises(ValueError, match=r"other\.safetensors: not a caption bank"):
+        CaptionBank.load(tmp_path / "other.safetensors")
     from safetensors.torch import save_file
 
     meta = {"caption_memory": json.dumps({"captions": REFS})}  # no image ids
     save_file({"vectors": torch.zeros(3, 6)}, str(tmp_path / "partial.safetensors"), meta)
-    with pytest.raises(ValueError, match=r"partial\.safetensors: not a caption memory .*image_ids"):
-        CaptionMemory.load(tmp_path / "partial.safetensors")
+    with pytest.raises(ValueError, match=r"partial\.safetensors: not a caption bank .*image_ids"):
+        CaptionBank.load(tmp_path / "partial.safetensors")
     with pytest.raises(ValueError, match=r"another encoder than m\.ckpt's \(they differ in grid\)"):
-        memory.check_encoder({"grid": 3}, "m.ckpt")
+        bank.check_encoder({"grid": 3}, "m.ckpt")
 
 
 def test_the_python_api_captions_with_a_reranker(tiny_checkpoint):
@@ -196,27 +196,27 @@ def test_the_python_api_captions_with_a_reranker(tiny_checkpoint):
         SyntheticSource(12, seed=1, split="train"),
         SyntheticSource(4, seed=0, split="test"),
     )
-    memory = CaptionMemory.build(
+    bank = CaptionBank.build(
         captioner.net.encode, ImageLoader(train_scenes, captioner.image_size), train_scenes,
         encoder=captioner.encoder_identity,
     )  # fmt: skip
     images = [test_scenes.image(i) for i in range(4)]
-    one = ConsensusReranker(RerankConfig(num_beams=1, num_samples=0, neighbours=0), memory)
+    one = ConsensusReranker(RerankConfig(num_beams=1, num_samples=0, neighbours=0), bank)
     greedy = captioner.caption(images, num_beams=1)
     assert [r.caption for r in captioner.caption(images, num_beams=1, reranker=one)] == [
         r.caption for r in greedy
     ]
-    full = captioner.caption(images, reranker=ConsensusReranker(RerankConfig(num_samples=4), memory))
+    full = captioner.caption(images, reranker=ConsensusReranker(RerankConfig(num_samples=4), bank))
     for result in full:
         texts = [c.caption for c in result.candidates]
         assert texts[0] == result.caption and len(set(texts)) == len(texts)  # the kept one first, no repeats
         assert result.attention.shape == (len(result.tokens), *captioner.grid)
-    other = CaptionMemory(memory.vectors, memory.captions, memory.image_ids, {**memory.encoder, "grid": -1})
+    other = CaptionBank(bank.vectors, bank.captions, bank.image_ids, {**bank.encoder, "grid": -1})
     with pytest.raises(ValueError, match="built with another encoder"):
         captioner.caption(images, reranker=ConsensusReranker(RerankConfig(), other))
 
 
-def test_the_memory_command_names_each_unreadable_image_then_how_many(
+def test_the_bank_command_names_each_unreadable_image_then_how_many(
     tiny_checkpoint, tmp_path, capsys, monkeypatch
 ):
     from captioning.data.images import ImageError
@@ -229,24 +229,24 @@ def test_the_memory_command_names_each_unreadable_image_then_how_many(
             return super().image(i)
 
     monkeypatch.setattr(evaluation, "build_source", lambda data, split: OneBroken(4, seed=0, split="train"))
-    memory_file = tmp_path / "memory.safetensors"
-    argv = ["memory", "--checkpoint", tiny_checkpoint, "--out", str(memory_file), "feature_cache=false"]
+    bank_file = tmp_path / "bank.safetensors"
+    argv = ["memory", "--checkpoint", tiny_checkpoint, "--out", str(bank_file), "feature_cache=false"]
     assert main(argv) == 1  # was 0, with one warning that named the first image only
     out, err = capsys.readouterr()
-    assert f"wrote {memory_file}: 3 images" in out and len(CaptionMemory.load(memory_file)) == 3
+    assert f"wrote {bank_file}: 3 images" in out and len(CaptionBank.load(bank_file)) == 3
     assert err.splitlines() == [
-        f"captioning memory: skipped {tmp_path / 'broken.jpg'}: not a readable image (truncated)",
-        "captioning memory: 1 of 4 images could not be read and are not in the memory",
+        f"captioning bank: skipped {tmp_path / 'broken.jpg'}: not a readable image (truncated)",
+        "captioning bank: 1 of 4 images could not be read and are not in the bank",
     ]
 
 
-def test_the_memory_and_caption_commands_rerank_as_the_api_does(tiny_checkpoint, tmp_path, capsys):
-    memory_file = tmp_path / "memory.safetensors"
-    args = ["memory", "--checkpoint", tiny_checkpoint, "--out", str(memory_file), "data.train.num_images=10"]
+def test_the_bank_and_caption_commands_rerank_as_the_api_does(tiny_checkpoint, tmp_path, capsys):
+    bank_file = tmp_path / "bank.safetensors"
+    args = ["bank", "--checkpoint", tiny_checkpoint, "--out", str(bank_file), "data.train.num_images=10"]
     assert main(args) == 0
-    memory = CaptionMemory.load(memory_file)
+    bank = CaptionBank.load(bank_file)
     captioner = Captioner.from_checkpoint(tiny_checkpoint)
-    assert len(memory) == 10 and memory.encoder == captioner.encoder_identity
+    assert len(bank) == 10 and bank.encoder == captioner.encoder_identity
     scenes = SyntheticSource(3, seed=0, split="test")
     photos = []
     for i in range(3):
@@ -254,11 +254,10 @@ def test_the_memory_and_caption_commands_rerank_as_the_api_does(tiny_checkpoint,
         scenes.image(i).save(photos[-1])
     capsys.readouterr()
     assert (
-        main(["caption", *map(str, photos), "--checkpoint", tiny_checkpoint, "--rerank", str(memory_file)])
-        == 0
+        main(["caption", *map(str, photos), "--checkpoint", tiny_checkpoint, "--rerank", str(bank_file)]) == 0
     )
     printed = [line.split("\t")[1] for line in capsys.readouterr().out.strip().splitlines()]
-    api = captioner.caption(photos, reranker=ConsensusReranker(RerankConfig(), memory))
+    api = captioner.caption(photos, reranker=ConsensusReranker(RerankConfig(), bank))
     assert printed == [r.caption for r in api]
 
 
@@ -266,24 +265,24 @@ def write_bytes(path):
     path.write_bytes(b"\0" * 16)
 
 
-def write_other_encoders_memory(path):
-    CaptionMemory(pooled(torch.randn(2, 4, 8)), REFS[:2], [0, 1], {"encoder": "another"}).save(path)
+def write_other_encoders_bank(path):
+    CaptionBank(pooled(torch.randn(2, 4, 8)), REFS[:2], [0, 1], {"encoder": "another"}).save(path)
 
 
 @pytest.mark.parametrize(
     ("write", "message"),
     [
-        (write_bytes, "memory.safetensors: not a caption memory"),
-        (write_other_encoders_memory, "built with another encoder"),
+        (write_bytes, "bank.safetensors: not a caption bank"),
+        (write_other_encoders_bank, "built with another encoder"),
     ],
 )
-def test_the_caption_command_refuses_a_bad_memory_in_one_line(
+def test_the_caption_command_refuses_a_bad_bank_in_one_line(
     tiny_checkpoint, tmp_path, capsys, write, message
 ):
-    photo, memory = tmp_path / "scene.png", tmp_path / "memory.safetensors"
+    photo, bank = tmp_path / "scene.png", tmp_path / "bank.safetensors"
     SyntheticSource(1, seed=0, split="test").image(0).save(photo)
-    write(memory)
-    code = main(["caption", str(photo), "--checkpoint", tiny_checkpoint, "--rerank", str(memory)])
+    write(bank)
+    code = main(["caption", str(photo), "--checkpoint", tiny_checkpoint, "--rerank", str(bank)])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
@@ -309,7 +308,7 @@ def test_the_grid_script_scores_what_evaluate_writes_at_the_same_setting(
     )
     assert [r["options"] for r in report["rows"]] == [{"neighbours": 0, "weight": 0.0}, row["options"]]
     assert set(report["held_out"]) == {"chosen_on_even", "chosen_on_odd"}
-    quarters = report["by_likeness"]  # least like the memory first; per-image means add up to the row
+    quarters = report["by_likeness"]  # least like the bank first; per-image means add up to the row
     assert [q["images"] for q in quarters] == [2, 2, 1, 1]
     cosines = [q["mean_cosine"] for q in quarters]
     assert all(-1 <= c <= 1 for c in cosines) and cosines == sorted(cosines)
@@ -332,14 +331,14 @@ def test_caption_rerank_honours_num_beams_and_refuses_sampling_options(tmp_path,
     checkpoint = str(write_checkpoint(tmp_path / "m.ckpt"))
     captioner = Captioner.from_checkpoint(checkpoint)
     scenes = SyntheticSource(4, seed=1, split="train")
-    memory = CaptionMemory.build(
+    bank = CaptionBank.build(
         captioner.net.encode, ImageLoader(scenes, captioner.image_size), scenes,
         encoder=captioner.encoder_identity,
     )  # fmt: skip
-    memory_file, photo = tmp_path / "memory.safetensors", tmp_path / "scene.png"
-    memory.save(memory_file)
+    bank_file, photo = tmp_path / "bank.safetensors", tmp_path / "scene.png"
+    bank.save(bank_file)
     scenes.image(0).save(photo)
-    base = ["caption", str(photo), "--checkpoint", checkpoint, "--rerank", str(memory_file)]
+    base = ["caption", str(photo), "--checkpoint", checkpoint, "--rerank", str(bank_file)]
     for extra, message in (
         (["--do-sample"], "do_sample with reranking"),
         (["--num-return-sequences", "2"], "num_return_sequences=2 with reranking"),
@@ -349,15 +348,15 @@ def test_caption_rerank_honours_num_beams_and_refuses_sampling_options(tmp_path,
         assert message in err and len(err.strip().splitlines()) == 1
     assert main([*base, "--num-beams", "2", "--json"]) == 0  # honoured: the reranker's beams
     printed = json.loads(capsys.readouterr().out)
-    two = ConsensusReranker(RerankConfig(num_beams=2), memory)
+    two = ConsensusReranker(RerankConfig(num_beams=2), bank)
     assert printed["caption"] == captioner.caption(photo, reranker=two)[0].caption
     with pytest.raises(ValueError, match=r"num_beams=3 with reranking: .* set rerank\.num_beams=3"):
         captioner.caption(photo, num_beams=3, reranker=two)
 
 
-def test_the_caption_memory_skips_an_unreadable_training_image_and_reports_it(tmp_path):
+def test_the_caption_bank_skips_an_unreadable_training_image_and_reports_it(tmp_path):
     from captioning.data.images import ImageError
-    from captioning.inference.evaluation import build_memory
+    from captioning.inference.evaluation import build_caption_bank
 
     from support.corpus import write_checkpoint
 
@@ -370,9 +369,9 @@ def test_the_caption_memory_skips_an_unreadable_training_image_and_reports_it(tm
     model = load_captioner(write_checkpoint(tmp_path / "m.ckpt"))
     source = OneBroken(5, seed=0, split="train")
     skipped: list[str] = []
-    memory = build_memory(model, source, None, skipped=skipped)
-    assert len(memory) == 4 and memory.image_ids == [source.image_id(i) for i in (0, 1, 3, 4)]
-    assert memory.captions[2] == [" ".join(c.lower().split()) for c in source.captions(3)]
+    bank = build_caption_bank(model, source, None, skipped=skipped)
+    assert len(bank) == 4 and bank.image_ids == [source.image_id(i) for i in (0, 1, 3, 4)]
+    assert bank.captions[2] == [" ".join(c.lower().split()) for c in source.captions(3)]
     assert skipped == ["scene2.jpg: not a readable image (truncated)"]
     with pytest.warns(UserWarning, match="skipped 1 unreadable images of 5; the first: scene2.jpg"):
-        build_memory(model, source, None)
+        build_caption_bank(model, source, None)

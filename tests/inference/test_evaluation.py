@@ -12,7 +12,7 @@ from captioning.checkpoints.load import load_captioner
 from captioning.cli.main import main
 from captioning.data.sources import SyntheticSource
 from captioning.inference.captioner import Captioner
-from captioning.inference.evaluation import Decoded, evaluate_checkpoint, synthetic_grounding
+from captioning.inference.evaluation import SplitCaptions, evaluate_checkpoint, synthetic_grounding
 from captioning.metrics.coco import load_results, score_captions
 
 TOOLKIT = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
@@ -130,10 +130,10 @@ def test_grounding_counts_words_whose_attention_peak_is_on_the_named_object():
     cx, cy = int((x0 + x1) / 2), int((y0 + y1) / 2)
     far_x, far_y = (95 if cx < 48 else 0), (95 if cy < 48 else 0)  # the opposite corner: outside the box
 
-    def decoded(peak_x: int, peak_y: int) -> Decoded:
+    def decoded(peak_x: int, peak_y: int) -> SplitCaptions:
         attention = np.full((3, 96 * 96), 1e-5)
         attention[:, peak_y * 96 + peak_x] = 1.0  # row-major over the grid
-        return Decoded([0], [" ".join(words)], [words], [attention], grid, indices=[0])
+        return SplitCaptions([0], [" ".join(words)], [words], [attention], grid, indices=[0])
 
     # one size, one colour and one shape word, all looking at the object or all looking away
     ones = {"size": 1.0, "color": 1.0, "shape": 1.0}

@@ -16,7 +16,12 @@ import numpy as np
 import pytest
 
 from captioning.data.sources import SyntheticSource
-from captioning.inference.evaluation import Decoded, evaluate_checkpoint, format_evaluation, scene_results
+from captioning.inference.evaluation import (
+    SplitCaptions,
+    evaluate_checkpoint,
+    format_evaluation,
+    scene_results,
+)
 from captioning.metrics.names import SCENE_METRICS
 from captioning.metrics.scenes import SceneBatch, SceneMetric, scene_metrics, scene_scores, scene_values
 from captioning.scenes import COLORS, SHAPES, SIZES, SceneObject, scene_object
@@ -97,7 +102,7 @@ def test_validation_and_evaluate_give_identical_numbers_on_the_same_captions(reg
         maps[:, int((y0 + y1) / 2 / 96 * grid[0]) * grid[1] + int((x0 + x1) / 2 / 96 * grid[1])] = 2.0
 
     logged = _validation_logs(module, source, tokens, attention)
-    decoded = Decoded(
+    decoded = SplitCaptions(
         list(range(len(source))), [" ".join(t) for t in tokens], tokens, attention, grid,
         indices=list(range(len(source))),
     )  # fmt: skip

@@ -42,7 +42,7 @@ def decoder(use_cache=True, seed=0, **kwargs):
         "vocab_size": V,
         "feature_dim": 10,
         "embed_dim": 16,
-        "hidden_dim": 24,
+        "ff_dim": 24,
         "num_layers": 2,
         "num_heads": 4,
     }

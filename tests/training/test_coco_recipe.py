@@ -32,11 +32,11 @@ STEPS = 2  # optimizer steps per epoch in the runs below
 
 def tiny(experiment: str) -> list[str]:
     """The experiment at seconds-on-a-CPU sizes: one process, fp32, 64 px images, 16-wide decoder."""
-    decoder = ["model.decoder.embed_dim=16", "model.decoder.hidden_dim=16"]
+    decoder = ["model.decoder.embed_dim=16"]
     if experiment != "coco_transformer":
-        decoder.append("model.decoder.attention.attention_dim=16")
+        decoder += ["model.decoder.hidden_dim=16", "model.decoder.attention.attention_dim=16"]
     else:
-        decoder.append("model.decoder.num_layers=1")
+        decoder += ["model.decoder.ff_dim=16", "model.decoder.num_layers=1"]
     return [
         f"experiment={experiment}",
         "trainer.accelerator=cpu",

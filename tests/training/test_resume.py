@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ from captioning.checkpoints.save import AtomicCheckpointIO, atomic_torch_save
 from captioning.data.sources import SyntheticSource
 from captioning.training.resume import ResumeError, check_resume_matches, resolve_ckpt_path
 from captioning.training.train import train
+from captioning.training.validate import ConfigError
 
 from support import REPO, TINY, compose_train
 from support.corpus import build_module, checkpoint_dict, write_checkpoint
@@ -398,3 +400,31 @@ def test_orphan_temps_of_a_live_writer_or_other_files_are_kept(tmp_path: Path) -
         path.write_bytes(b"x")
     assert checkpoint_io.remove_orphan_temps(tmp_path) == [mine]
     assert live.exists() and other.exists()
+
+
+# ------------------------------------------------------------------------------- ckpt_path=auto
+
+
+def test_ckpt_path_auto_starts_resumes_and_never_trains_a_finished_run_again(tmp_path: Path) -> None:
+    # 24 scenes x 5 captions / batch 8 = 15 steps per epoch; a stop after 10 steps, like a killed sweep job.
+    run = [*TINY, "trainer.max_epochs=1", "callbacks.last_checkpoint.every_n_train_steps=5", "ckpt_path=auto"]
+    assert resolve_ckpt_path("auto", tmp_path) is None  # nothing there: a fresh start
+    train(compose_train([*run, "trainer.max_steps=10"], tmp_path))
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10
+    assert resolve_ckpt_path("auto", tmp_path) == str(tmp_path / "checkpoints" / "last.ckpt")
+    # max_steps=10 ended that fit: mark it unfinished, as a kill would have left it, so auto resumes it
+    summary = json.loads((tmp_path / "run.json").read_text())
+    (tmp_path / "run.json").write_text(json.dumps({**summary, "finished": False}))
+
+    best = train(compose_train([*run, "trainer.max_steps=15"], tmp_path))  # the same command, resumed
+    assert Path(best).name.startswith("epoch000-step000015-cider")
+    assert json.loads((tmp_path / "run.json").read_text())["finished"] is True
+    files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+
+    assert train(compose_train([*run, "trainer.max_steps=15"], tmp_path)) == best  # finished: not trained
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == files
+
+
+def test_objective_scst_with_ckpt_path_auto_still_needs_init_from(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="init_from=None: objective=scst starts from a cross-entropy"):
+        train(compose_train([*TINY, "objective=scst", "ckpt_path=auto"], tmp_path))

@@ -106,7 +106,7 @@ class TransformerDecoder(Decoder):
         vocab_size: int,
         feature_dim: int,
         embed_dim: int = 128,
-        hidden_dim: int = 256,
+        ff_dim: int = 256,
         num_layers: int = 2,
         num_heads: int = 4,
         dropout: float = 0.1,
@@ -121,7 +121,8 @@ class TransformerDecoder(Decoder):
         token_positions: bool = True,
         learned_positions: int = 0,
     ):
-        """``embed_dim`` is the model width D, ``hidden_dim`` the feed-forward width. ``position_dim`` P:
+        """``embed_dim`` is the model width D, ``ff_dim`` the feed-forward width (``hidden_dim`` in checkpoints
+        before 0.3, renamed on load: the LSTM's ``hidden_dim`` is its state). ``position_dim`` P:
         0 adds a D-wide 2-D sinusoid code to the projected grid (Vaswani/DETR style); P > 0 concatenates
         a P-wide one to every cell before the projection, [a_i; PE_i] as the LSTM decoder reads the grid,
         so the projection learns how much "where" weighs against "what". ``memory_layers``: encoder layers
@@ -154,7 +155,7 @@ class TransformerDecoder(Decoder):
         if attention_head is not None and not 0 <= attention_head < num_heads:
             raise ValueError(f"TransformerDecoder: attention_head={attention_head} outside {num_heads} heads")
         self.vocab_size, self.feature_dim = vocab_size, feature_dim
-        self.embed_dim, self.hidden_dim, self.num_heads = embed_dim, hidden_dim, num_heads
+        self.embed_dim, self.ff_dim, self.num_heads = embed_dim, ff_dim, num_heads
         self.use_cache, self.alibi, self.alibi_base = use_cache, alibi, alibi_base
         self.token_positions = token_positions
         if alibi and alibi_base <= 0:
@@ -187,12 +188,12 @@ class TransformerDecoder(Decoder):
         if memory_layers < 0:
             raise ValueError(f"TransformerDecoder: memory_layers={memory_layers} must be 0 or more")
         self.memory_layers = nn.ModuleList(
-            MemoryLayer(embed_dim, num_heads, hidden_dim, dropout) for _ in range(memory_layers)
+            MemoryLayer(embed_dim, num_heads, ff_dim, dropout) for _ in range(memory_layers)
         )
         # pre-LN layers leave their residual stream unnormalised: one LayerNorm after the last
         self.memory_final_norm = nn.LayerNorm(embed_dim) if memory_layers else nn.Identity()
         self.layers = nn.ModuleList(
-            DecoderLayer(embed_dim, num_heads, hidden_dim, dropout) for _ in range(num_layers)
+            DecoderLayer(embed_dim, num_heads, ff_dim, dropout) for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(embed_dim)  # pre-LN leaves the residual stream unnormalised
         self.dropout = nn.Dropout(dropout)

@@ -1,8 +1,8 @@
-"""``captioning memory --checkpoint CKPT --out MEMORY.safetensors [data=flickr8k] [split=train]``
+"""``captioning bank --checkpoint CKPT --out BANK.safetensors [data=flickr8k] [split=train]``
 
-Builds the caption memory consensus reranking reads (``captioning.inference.memory``): every image of a
+Builds the caption bank consensus reranking reads (``captioning.inference.caption_bank``): every image of a
 split (default: train) through the checkpoint's encoder (the feature cache's grids for a frozen one),
-pooled, beside its reference captions. ``captioning caption IMG --checkpoint CKPT --rerank MEMORY`` then
+pooled, beside its reference captions. ``captioning caption IMG --checkpoint CKPT --rerank BANK`` then
 reranks without the data set. Overrides compose captioning/conf/eval.yaml, as ``captioning evaluate``.
 An unreadable image is left out and named on stderr (one line each, then how many); the exit status is
 then 1, as evaluate's.
@@ -18,8 +18,9 @@ from captioning.cli.runtime import checkpoint_arg, path_arg
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "memory",
-        help="build the caption memory of consensus reranking from a data split (default: train)",
+        "bank",
+        aliases=["memory"],  # its name before 0.3; scripts that call `captioning memory` keep working
+        help="build the caption bank of consensus reranking from a data split (default: train)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -30,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--out",
         required=True,
         type=path_arg,
-        help="the memory file to write (.safetensors), checked before the build: an earlier memory there is "
+        help="the bank file to write (.safetensors), checked before the build: an earlier bank there is "
         "replaced, never the checkpoint, another model file or a device; a missing folder is created",
     )
     parser.add_argument(
@@ -43,36 +44,36 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import load_captioner
     from captioning.config import compose_config
     from captioning.errors import one_line, user_errors
-    from captioning.inference.evaluation import build_memory, build_source, frozen_feature_cache
+    from captioning.inference.evaluation import build_caption_bank, build_source, frozen_feature_cache
     from captioning.training.validate import check_eval_config
-    from captioning.writes import MEMORY, output
+    from captioning.writes import BANK, output
 
     try:
         out = output(  # before the build: an unusable --out would lose it all (captioning/writes.py)
             args.out,
-            "the caption memory",
+            "the caption bank",
             flag="--out",
-            inputs={args.checkpoint: "the checkpoint the memory is built with (--checkpoint)"},
-            kind=MEMORY,
+            inputs={args.checkpoint: "the checkpoint the bank is built with (--checkpoint)"},
+            kind=BANK,
         )
         cfg, _ = compose_config("eval", ["split=train", *args.overrides])
         check_eval_config(cfg)
         source = build_source(cfg.data, cfg.split)
         model = load_captioner(args.checkpoint)
         cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
-        skipped: list[str] = []  # unreadable images, left out of the memory: one line each below
-        memory = build_memory(model, source, cache, skipped=skipped)
-        memory.save(out)
+        skipped: list[str] = []  # unreadable images, left out of the bank: one line each below
+        bank = build_caption_bank(model, source, cache, skipped=skipped)
+        bank.save(out)
     except (*user_errors(), ValueError, RuntimeError, OSError) as err:
-        print(f"captioning memory: error: {one_line(err)}", file=sys.stderr)
+        print(f"captioning bank: error: {one_line(err)}", file=sys.stderr)
         return 2
     for line in skipped:
-        print(f"captioning memory: skipped {line}", file=sys.stderr)
-    print(f"wrote {args.out}: {len(memory)} images of {cfg.split}, {memory.vectors.shape[1]}-d pooled grids")
+        print(f"captioning bank: skipped {line}", file=sys.stderr)
+    print(f"wrote {args.out}: {len(bank)} images of {cfg.split}, {bank.vectors.shape[1]}-d pooled grids")
     if skipped:  # as evaluate: the work is done, without every image
         print(
-            f"captioning memory: {len(skipped)} of {len(source)} images could not be read and are not in the "
-            "memory",
+            f"captioning bank: {len(skipped)} of {len(source)} images could not be read and are not in the "
+            "bank",
             file=sys.stderr,
         )
         return 1

@@ -1,14 +1,14 @@
-"""A caption memory: the training images' pooled encoder grids beside their reference captions.
+"""A caption bank: the training images' pooled encoder grids beside their reference captions.
 
 Nearest-neighbour captioning (Devlin et al. 2015, "Exploring nearest neighbor approaches for image
 captioning") describes a new image by what people said about the training images that look most like
 it. Here "look like" is the cosine between mean-pooled encoder grids, v = mean_i a_i / ‖mean_i a_i‖
-(the grid a_i is what the decoder attends over), and the memory answers one question: the reference
+(the grid a_i is what the decoder attends over), and the bank answers one question: the reference
 captions of the k training images nearest to each query grid. ``consensus.py`` uses them as
 pseudo-references to rerank a captioner's candidates.
 
-The memory is built with the captioner's own encoder (the feature cache's grids for a frozen one), so
-its vectors and the queries come from one function of the pixels; a saved memory (``save`` / ``load``,
+The bank is built with the captioner's own encoder (the feature cache's grids for a frozen one), so
+its vectors and the queries come from one function of the pixels; a saved bank (``save`` / ``load``,
 a safetensors file) records that encoder's identity, and ``check_encoder`` refuses another.
 """
 
@@ -24,7 +24,7 @@ from torch import Tensor
 from captioning import progress
 from captioning.data.sources import CaptionSource
 from captioning.data.tokenize import tokenize
-from captioning.writes import MEMORY, MEMORY_KEY, Output, output
+from captioning.writes import BANK, BANK_KEY, Output, output
 
 
 def pooled(grids: Tensor) -> Tensor:
@@ -32,8 +32,8 @@ def pooled(grids: Tensor) -> Tensor:
     return torch.nn.functional.normalize(grids.float().mean(dim=1), dim=-1)  # (B, D)
 
 
-class CaptionMemory:
-    """``vectors[j]`` (D,) and ``captions[j]`` (tokenised references) of memory image j."""
+class CaptionBank:
+    """``vectors[j]`` (D,) and ``captions[j]`` (tokenised references) of bank image j."""
 
     def __init__(
         self,
@@ -42,9 +42,9 @@ class CaptionMemory:
         image_ids: Sequence[Hashable],
         encoder: dict | None = None,
         *,
-        origin: str = "caption memory",
+        origin: str = "caption bank",
     ):
-        """``origin`` names where the memory comes from in the errors (``load`` gives the file)."""
+        """``origin`` names where the bank comes from in the errors (``load`` gives the file)."""
         if not isinstance(vectors, Tensor) or vectors.dim() != 2 or vectors.shape[1] == 0:
             shape = tuple(vectors.shape) if isinstance(vectors, Tensor) else type(vectors).__name__
             raise ValueError(
@@ -89,12 +89,12 @@ class CaptionMemory:
         source: CaptionSource,
         batch_size: int = 250,
         encoder: dict | None = None,
-    ) -> CaptionMemory:
+    ) -> CaptionBank:
         """Every image of ``source``: ``inputs(i)`` (an image tensor or a cached grid) through ``encode``
         (the captioner's ``net.encode``), pooled; its captions tokenised as the CIDEr-D reward does."""
         vectors = []
         with torch.no_grad():
-            for start in progress.batches(len(source), batch_size, "caption memory"):
+            for start in progress.batches(len(source), batch_size, "caption bank"):
                 rows = [inputs(i) for i in range(start, min(start + batch_size, len(source)))]
                 vectors.append(pooled(encode(torch.stack(rows))))  # (b, D)
         captions = [
@@ -107,72 +107,72 @@ class CaptionMemory:
         """A safetensors file: the vectors (float16) and, in its header, the captions, ids and encoder.
 
         Written atomically through ``captioning.writes``: never over a checkpoint, an export, a folder
-        or a device (an earlier memory is replaced); an ``Output`` from the caller adds its own checks
+        or a device (an earlier bank is replaced); an ``Output`` from the caller adds its own checks
         (the command's inputs)."""
         from safetensors.torch import save_file
 
-        out = path if isinstance(path, Output) else output(path, "the caption memory", kind=MEMORY)
+        out = path if isinstance(path, Output) else output(path, "the caption bank", kind=BANK)
         if self.encoder is None:  # ``load`` would refuse the file: nothing could check the queries
             raise ValueError(
-                f"{out.label}: not written: the memory has no encoder identity; expected one "
-                "(CaptionMemory.build(..., encoder=captioner.encoder_identity))"
+                f"{out.label}: not written: the bank has no encoder identity; expected one "
+                "(CaptionBank.build(..., encoder=captioner.encoder_identity))"
             )
         meta = {"captions": self.captions, "image_ids": self.image_ids, "encoder": self.encoder}
-        header = {MEMORY_KEY: json.dumps(meta)}
+        header = {BANK_KEY: json.dumps(meta)}
         with out.replacing() as temp:
             save_file({"vectors": self.vectors.half().contiguous()}, str(temp), header)
 
     @classmethod
-    def load(cls, path: str | Path) -> CaptionMemory:
-        """The memory ``save`` wrote; a file that is not one, or a malformed or broken one (NaN/inf or
+    def load(cls, path: str | Path) -> CaptionBank:
+        """The bank ``save`` wrote; a file that is not one, or a malformed or broken one (NaN/inf or
         all-zero vectors, vectors not 2-D, captions that are not non-empty strings, no encoder identity)
         is one ValueError naming the file and what was expected."""
         from safetensors import SafetensorError, safe_open
 
         try:
             with safe_open(str(path), framework="pt") as f:
-                meta = json.loads((f.metadata() or {})[MEMORY_KEY])
+                meta = json.loads((f.metadata() or {})[BANK_KEY])
                 vectors = f.get_tensor("vectors")
             captions, image_ids, encoder = meta["captions"], meta["image_ids"], meta["encoder"]
         except (OSError, SafetensorError, KeyError, TypeError, ValueError) as err:  # JSONDecodeError too
-            raise ValueError(f"{path}: not a caption memory saved by CaptionMemory.save ({err})") from None
+            raise ValueError(f"{path}: not a caption bank saved by CaptionBank.save ({err})") from None
         if not (isinstance(encoder, dict) and encoder):
             raise ValueError(
-                f"{path}: the caption memory's encoder identity is {encoder!r}; expected the non-empty "
-                "identity of the encoder it was built with (rebuild it with `captioning memory`)"
+                f"{path}: the caption bank's encoder identity is {encoder!r}; expected the non-empty "
+                "identity of the encoder it was built with (rebuild it with `captioning bank`)"
             )
         if not vectors.is_floating_point():
-            raise ValueError(f"{path}: caption memory vectors of dtype {vectors.dtype}; expected floats")
+            raise ValueError(f"{path}: caption bank vectors of dtype {vectors.dtype}; expected floats")
         if not isinstance(captions, list) or not isinstance(image_ids, list):
             raise ValueError(
-                f"{path}: the caption memory's captions and image_ids are {type(captions).__name__} and "
+                f"{path}: the caption bank's captions and image_ids are {type(captions).__name__} and "
                 f"{type(image_ids).__name__}; expected lists, one entry per image"
             )
         return cls(vectors.float(), captions, image_ids, encoder, origin=str(path))
 
     def check_encoder(self, identity: dict, name: str = "the captioner") -> None:
-        """Refuse queries from an encoder other than the memory's (their cosines would mean nothing)."""
+        """Refuse queries from an encoder other than the bank's (their cosines would mean nothing)."""
         if self.encoder is not None and self.encoder != identity:
             differ = sorted(
                 k for k in set(identity) | set(self.encoder) if identity.get(k) != self.encoder.get(k)
             )
             raise ValueError(
-                f"caption memory: built with another encoder than {name}'s (they differ in {', '.join(differ)}); "
-                "build the memory with this captioner"
+                f"caption bank: built with another encoder than {name}'s (they differ in {', '.join(differ)}); "
+                "build the bank with this captioner"
             )
 
     def cosines(self, grids: Tensor) -> Tensor:
-        """(B, N): the cosine of each query grid (B, L, D), pooled, with every memory image."""
+        """(B, N): the cosine of each query grid (B, L, D), pooled, with every bank image."""
         if grids.shape[-1] != self.vectors.shape[-1]:
             raise ValueError(
-                f"caption memory: queries have D={grids.shape[-1]}, the memory D={self.vectors.shape[-1]}; "
-                "expected grids of the encoder the memory was built with"
+                f"caption bank: queries have D={grids.shape[-1]}, the bank D={self.vectors.shape[-1]}; "
+                "expected grids of the encoder the bank was built with"
             )
         return pooled(grids) @ self.vectors.T  # (B, D) @ (D, N)
 
     def nearest(self, grids: Tensor, k: int, exclude: Sequence[Hashable] | None = None) -> list[list[int]]:
-        """Per query grid (B, L, D), the memory rows of its ``k`` nearest images, nearest first. A query's
-        own image (``exclude[b]``, an image id) is never its neighbour: evaluating on the memory's split
+        """Per query grid (B, L, D), the bank rows of its ``k`` nearest images, nearest first. A query's
+        own image (``exclude[b]``, an image id) is never its neighbour: evaluating on the bank's split
         must not read the answers."""
         sim = self.cosines(grids)  # (B, N)
         if exclude is not None:
@@ -198,7 +198,7 @@ def _check_rows(vectors: Tensor, origin: str) -> None:
         raise ValueError(
             f"{origin}: {int(bad.sum())} of {len(vectors)} vectors are not pooled grids ({int(broken.sum())} "
             f"hold NaN/inf, {int(zero.sum())} are all zero; the first is row {first}); expected finite, "
-            "non-zero rows (rebuild the memory with a healthy encoder)"
+            "non-zero rows (rebuild the bank with a healthy encoder)"
         )
 
 

@@ -1,5 +1,5 @@
-"""captioning/inference/memory.py: a caption memory that is broken or malformed is refused, in one line
-naming the file (or the memory) and what was expected, never loaded as a good one."""
+"""captioning/inference/caption_bank.py: a caption bank that is broken or malformed is refused, in one line
+naming the file (or the bank) and what was expected, never loaded as a good one."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from captioning.inference.memory import CaptionMemory, pooled
+from captioning.inference.caption_bank import CaptionBank, pooled
 
 REFS = [["a red circle"], ["a blue square", "a square"], ["two circles"]]
 ENCODER = {"encoder": "tiny", "grid": 4}
 
 
-def write_memory(path: Path, vectors=None, captions=REFS, image_ids=(0, 1, 2), encoder=ENCODER) -> Path:
-    """A memory file as ``CaptionMemory.save`` lays it out, with whatever entries are given."""
+def write_bank(path: Path, vectors=None, captions=REFS, image_ids=(0, 1, 2), encoder=ENCODER) -> Path:
+    """A bank file as ``CaptionBank.save`` lays it out, with whatever entries are given."""
     vectors = pooled(torch.randn(3, 4, 6)) if vectors is None else vectors
     meta = {"captions": captions, "image_ids": list(image_ids), "encoder": encoder}
     save_file({"vectors": vectors.half().contiguous()}, str(path), {"caption_memory": json.dumps(meta)})
@@ -51,12 +51,12 @@ def rows(*bad: tuple[int, float]) -> torch.Tensor:
     ids=["nan-row", "inf-and-zero-rows", "zero-row", "1-d", "3-d", "no-width"],
 )
 def test_broken_vectors_are_refused_naming_the_file_and_the_rows(tmp_path, vectors, fragment) -> None:
-    path = write_memory(tmp_path / "memory.safetensors", vectors)
+    path = write_bank(tmp_path / "bank.safetensors", vectors)
     with pytest.raises(ValueError, match=re.escape(f"{path}: {fragment}")) as caught:
-        CaptionMemory.load(path)
+        CaptionBank.load(path)
     assert "\n" not in str(caught.value)
-    with pytest.raises(ValueError, match=re.escape(f"caption memory: {fragment}")):
-        CaptionMemory(vectors, REFS, [0, 1, 2], ENCODER)  # the constructor refuses them too
+    with pytest.raises(ValueError, match=re.escape(f"caption bank: {fragment}")):
+        CaptionBank(vectors, REFS, [0, 1, 2], ENCODER)  # the constructor refuses them too
 
 
 @pytest.mark.parametrize(
@@ -79,11 +79,11 @@ def test_broken_vectors_are_refused_naming_the_file_and_the_rows(tmp_path, vecto
             "the captions of row 1 are 'a blue square'",
         ),
         ({"captions": [["a red circle"], [], ["x"]]}, "the captions of row 1 are []; expected a list of one"),
-        ({"captions": "abc"}, "the caption memory's captions and image_ids are str and list; expected lists"),
+        ({"captions": "abc"}, "the caption bank's captions and image_ids are str and list; expected lists"),
         ({"image_ids": [0, [1], 2]}, "image id [1] of row 1; expected a string or an integer"),
-        ({"encoder": None}, "the caption memory's encoder identity is None; expected the non-empty identity"),
-        ({"encoder": {}}, "the caption memory's encoder identity is {}; expected the non-empty identity"),
-        ({"encoder": ""}, "the caption memory's encoder identity is ''; expected the non-empty identity"),
+        ({"encoder": None}, "the caption bank's encoder identity is None; expected the non-empty identity"),
+        ({"encoder": {}}, "the caption bank's encoder identity is {}; expected the non-empty identity"),
+        ({"encoder": ""}, "the caption bank's encoder identity is ''; expected the non-empty identity"),
     ],
     ids=[
         "number-caption",
@@ -99,9 +99,9 @@ def test_broken_vectors_are_refused_naming_the_file_and_the_rows(tmp_path, vecto
     ],  # fmt: skip
 )
 def test_malformed_entries_are_refused_naming_the_file(tmp_path, entries, fragment) -> None:
-    path = write_memory(tmp_path / "memory.safetensors", **entries)
+    path = write_bank(tmp_path / "bank.safetensors", **entries)
     with pytest.raises(ValueError, match=re.escape(f"{path}: {fragment}")) as caught:
-        CaptionMemory.load(path)
+        CaptionBank.load(path)
     assert "\n" not in str(caught.value)
 
 
@@ -112,27 +112,27 @@ def test_the_caption_command_refuses_a_nan_memory_in_one_line(
 
     from support.hostile import assert_one_line
 
-    memory = write_memory(tmp_path / "memory.safetensors", rows((0, float("nan"))))
-    assert main(["caption", str(photo), "--checkpoint", str(good_checkpoint), "--rerank", str(memory)]) == 2
-    assert_one_line(capsys.readouterr().err, str(memory), "1 of 3 vectors are not pooled grids")
+    bank = write_bank(tmp_path / "bank.safetensors", rows((0, float("nan"))))
+    assert main(["caption", str(photo), "--checkpoint", str(good_checkpoint), "--rerank", str(bank)]) == 2
+    assert_one_line(capsys.readouterr().err, str(bank), "1 of 3 vectors are not pooled grids")
 
 
 def test_save_writes_only_what_load_accepts_and_never_over_a_model(good_checkpoint, tmp_path) -> None:
-    memory = CaptionMemory(pooled(torch.randn(3, 4, 6)), REFS, [0, 1, 2])
-    with pytest.raises(ValueError, match="m.safetensors: not written: the memory has no encoder identity"):
-        memory.save(tmp_path / "m.safetensors")
+    bank = CaptionBank(pooled(torch.randn(3, 4, 6)), REFS, [0, 1, 2])
+    with pytest.raises(ValueError, match="m.safetensors: not written: the bank has no encoder identity"):
+        bank.save(tmp_path / "m.safetensors")
     assert list(tmp_path.iterdir()) == []
-    memory.encoder = ENCODER
+    bank.encoder = ENCODER
     before = good_checkpoint.read_bytes()
-    with pytest.raises(ValueError, match="is not a caption memory but a training checkpoint"):
-        memory.save(good_checkpoint)
+    with pytest.raises(ValueError, match="is not a caption bank but a training checkpoint"):
+        bank.save(good_checkpoint)
     assert good_checkpoint.read_bytes() == before
     real = tmp_path / "real.safetensors"
-    memory.save(real)
+    bank.save(real)
     link = tmp_path / "link.safetensors"
     link.symlink_to(real)
-    memory.save(link)  # an earlier memory is replaced, through the link
-    assert link.is_symlink() and len(CaptionMemory.load(link)) == 3
+    bank.save(link)  # an earlier bank is replaced, through the link
+    assert link.is_symlink() and len(CaptionBank.load(link)) == 3
 
 
 def test_built_memories_drop_captions_with_no_words() -> None:
@@ -145,5 +145,5 @@ def test_built_memories_drop_captions_with_no_words() -> None:
         return [*original(i), "..."]
 
     source.captions = with_punctuation  # a reference of punctuation only tokenises to nothing
-    memory = CaptionMemory.build(lambda x: x, lambda i: torch.randn(4, 5), source)
-    assert memory.captions == [[" ".join(c.lower().split()) for c in original(i)] for i in range(2)]
+    bank = CaptionBank.build(lambda x: x, lambda i: torch.randn(4, 5), source)
+    assert bank.captions == [[" ".join(c.lower().split()) for c in original(i)] for i in range(2)]
