@@ -13,7 +13,7 @@ Training images may be augmented (``train_crop_scale``, ``train_flip``); validat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import pytorch_lightning as pl
 import torch
@@ -21,6 +21,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
+from captioning.bounds import AtLeast, Between, check_bounds
 from captioning.data.features import image_key
 from captioning.data.images import TrainAugment, image_to_tensor
 from captioning.data.sources import CaptionSource, MissingSplit, RecordSource
@@ -138,16 +139,16 @@ class CaptionDataModule(pl.LightningDataModule):
         train: CaptionSource,
         val: CaptionSource,
         test: CaptionSource | None = None,
-        image_size: int = 96,
-        batch_size: int = 64,
-        eval_batch_size: int = 128,
-        num_workers: int = 0,
-        min_word_count: int = 1,
-        max_caption_length: int = 30,
+        image_size: Annotated[int, Between(8, 2048)] = 96,
+        batch_size: Annotated[int, AtLeast(1)] = 64,
+        eval_batch_size: Annotated[int, AtLeast(1)] = 128,
+        num_workers: Annotated[int, AtLeast(0)] = 0,
+        min_word_count: Annotated[int, AtLeast(1)] = 1,
+        max_caption_length: Annotated[int, AtLeast(1)] = 30,
         feature_cache: FeatureCache | None = None,
         train_items: str = "pairs",
         on_bad_image: str = "skip",
-        max_bad_fraction: float = 0.01,
+        max_bad_fraction: Annotated[float, Between(0, 1)] = 0.01,
         check_cache: str | None = None,
         skipped_list: str | None = None,
         train_crop_scale: list[float] | None = None,
@@ -161,10 +162,8 @@ class CaptionDataModule(pl.LightningDataModule):
         ``train_crop_scale`` [min, max]: training images are random crops of that share of the area (null:
         none); ``train_flip``: mirrored half the time (swaps left and right, see TrainAugment). Neither
         goes with a ``feature_cache``: augmented pixels differ every epoch, cached features cannot."""
+        check_bounds("data", CaptionDataModule, locals())  # the bounds in the signature above
         super().__init__()
-        for key, value in (("data.batch_size", batch_size), ("data.eval_batch_size", eval_batch_size)):
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise ValueError(f"{key}={value!r}: expected an integer >= 1")
         if test is None:  # never an alias of val: a "test" score of the dev images would be a lie
             test = MissingSplit("the data config has no test split (data.test is null); evaluate split=val")
         self.sources = {"train": train, "val": val, "test": test}
@@ -178,11 +177,8 @@ class CaptionDataModule(pl.LightningDataModule):
         if train_items not in ("pairs", "images"):
             raise ValueError(f"data.train_items={train_items!r}: expected 'pairs' or 'images'")
         self.train_items = train_items
-        if on_bad_image not in POLICIES or not 0.0 <= max_bad_fraction <= 1.0:
-            raise ValueError(
-                f"data.on_bad_image={on_bad_image!r} / data.max_bad_fraction={max_bad_fraction}: expected one "
-                f"of {POLICIES} and a fraction in [0, 1]"
-            )
+        if on_bad_image not in POLICIES:
+            raise ValueError(f"data.on_bad_image={on_bad_image!r}: expected one of {POLICIES}")
         self.on_bad_image, self.max_bad_fraction = on_bad_image, max_bad_fraction
         self.check_cache, self.skipped_list = check_cache, skipped_list
         augmenting = train_crop_scale is not None or train_flip

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from PIL import Image
 
+from captioning.bounds import AtLeast, check_bounds
 from captioning.data.images import load_rgb
 from captioning.data.readers import FLICKR8K_SPLIT_FILES, DatasetError, read_flickr8k
 from captioning.data.synthetic import Scene, SceneObject, render_scene, shuffled_captions
@@ -49,16 +50,19 @@ class SyntheticSource(CaptionSource):
     """
 
     def __init__(
-        self, num_images: int, seed: int = 0, split: str = "train", shuffle_object_order: bool = False
+        self,
+        num_images: Annotated[int, AtLeast(1)],
+        seed: Annotated[int, AtLeast(0)] = 0,  # numpy's generators take no negative seeds
+        split: str = "train",
+        shuffle_object_order: bool = False,
     ):
         """``shuffle_object_order``: each reference lists the objects in a random order (seeded by the scene,
         see ``shuffled_captions``) instead of the templates' reading order; the images are the same."""
-        if num_images <= 0:
-            raise ValueError(f"num_images must be positive, got {num_images}")
+        check_bounds("", SyntheticSource, locals())  # the bounds in the signature above
+        if seed >= 2**63:
+            raise ValueError(f"seed={seed}: expected an integer below 2**63 (numpy's seeds)")
         if split not in _SPLIT_STREAM:
             raise ValueError(f"split must be one of {sorted(_SPLIT_STREAM)}, got {split!r}")
-        if not 0 <= seed < 2**63:  # numpy's generators take no negative seeds
-            raise ValueError(f"seed={seed}: expected an integer >= 0")
         keys = [(seed, _SPLIT_STREAM[split], i) for i in range(num_images)]  # scene i's seed
         self.scenes: list[Scene] = [render_scene(key) for key in keys]
         if shuffle_object_order:  # each scene's order drawn from its own seed: independent of num_images

@@ -4,14 +4,23 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 
+from captioning.bounds import AtLeast, Between, check_bounds
+
 
 def warmup_cosine(
-    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 100, min_lr_ratio: float = 0.05
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    warmup_steps: Annotated[int, AtLeast(0)] = 100,
+    min_lr_ratio: Annotated[float, Between(0, 1)] = 0.05,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warm-up to the base LR, then cosine decay to ``min_lr_ratio`` × base at ``total_steps``."""
+    check_bounds(
+        "model.scheduler", warmup_cosine, {"warmup_steps": warmup_steps, "min_lr_ratio": min_lr_ratio}
+    )
     total_steps = max(int(total_steps), warmup_steps + 1)
 
     def factor(step: int) -> float:

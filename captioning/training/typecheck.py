@@ -3,7 +3,8 @@
 A config node with ``_target_`` becomes a call of that class or function, so its keys are arguments whose
 types the code already states (``gate: bool``, ``seed: int``, ``lr: float``). A value Hydra parsed into
 another type (``gate=maybe`` is the string 'maybe', ``batch_size=null`` is None) would otherwise be used
-as given: truthy strings switch options on, None fails deep inside the first batch. Only plain
+as given: truthy strings switch options on, None fails deep inside the first batch. Bounds declared in
+the signature (``Annotated[int, AtLeast(1)]``, captioning.bounds) are checked here too. Only plain
 annotations are checked (bool, int, float, str, None and their unions); anything richer (modules,
 callables, literals) is left to the constructor, except that null is refused wherever the annotation
 does not allow None (``model.decoder.attention=null`` would otherwise fail as "'NoneType' object is not
@@ -12,7 +13,6 @@ callable").
 
 from __future__ import annotations
 
-import inspect
 import re
 import types
 import typing
@@ -21,14 +21,21 @@ from typing import Any
 
 from hydra.utils import get_object
 
+from captioning.bounds import annotations_of, bound_problem
+
 PLAIN = (bool, int, float, str, type(None))
 NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+
+
+def _unannotated(annotation: Any) -> Any:
+    """``Annotated[int, AtLeast(1)]`` -> ``int`` (its bound is checked on its own: captioning.bounds)."""
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
 
 
 def _plain_types(annotation: Any) -> tuple[type, ...] | None:
     """The plain types an annotation allows, or None when it allows anything richer (not checked)."""
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    options = typing.get_args(annotation) if union else (annotation,)
+    options = tuple(_unannotated(o) for o in (typing.get_args(annotation) if union else (annotation,)))
     return options if options and all(o in PLAIN for o in options) else None
 
 
@@ -58,26 +65,11 @@ def fits(value: Any, allowed: tuple[type, ...]) -> bool:
 
 
 def _hints(target: str) -> dict[str, Any]:
-    """Argument name -> annotation, each evaluated on its own (a name imported only for type checkers
-    leaves that one argument unchecked, not the whole signature)."""
+    """Argument name -> annotation of the class or function ``target`` names (captioning.bounds)."""
     try:
-        obj = get_object(target)
-        function = obj.__init__ if inspect.isclass(obj) else obj
-        parameters = inspect.signature(function).parameters
+        return annotations_of(get_object(target))
     except Exception:  # noqa: BLE001 - an unimportable target is reported when it is built
         return {}
-    namespace = getattr(inspect.unwrap(function), "__globals__", {})
-    hints = {}
-    for name, parameter in parameters.items():
-        annotation = parameter.annotation
-        if isinstance(annotation, str):
-            try:
-                annotation = eval(annotation, dict(namespace))  # noqa: S307 - the code's own annotation text
-            except Exception:  # noqa: BLE001
-                continue
-        if annotation is not inspect.Parameter.empty:
-            hints[name] = annotation
-    return hints
 
 
 def type_problems(node: Any, where: str) -> Iterator[str]:
@@ -101,3 +93,7 @@ def type_problems(node: Any, where: str) -> Iterator[str]:
         elif allowed is not None and not fits(value, allowed):
             expected = " or ".join(NAMES[t] for t in allowed)
             yield f"{where}.{key}={value!r}: expected {expected} (argument of {node['_target_']})"
+        elif problem := bound_problem(
+            f"{where}.{key}", value, hints[key]
+        ):  # the bound its signature declares
+            yield problem

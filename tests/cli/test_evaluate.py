@@ -92,7 +92,7 @@ def test_evaluate_and_tune_never_score_overflowing_weights(good_checkpoint, tmp_
 def test_evaluate_names_a_negative_scene_seed(good_checkpoint, tmp_path, capsys) -> None:
     argv = ["evaluate", "--checkpoint", str(good_checkpoint), "--out-dir", str(tmp_path / "ev")]
     assert captioning_main([*argv, "data.test.num_images=2", "data.test.seed=-1"]) == 2
-    assert_one_line(capsys.readouterr().err, "data.test: seed=-1: expected an integer >= 0")
+    assert_one_line(capsys.readouterr().err, "data.test.seed=-1: expected an integer >= 0")  # its config key
 
 
 def test_evaluate_refuses_an_out_dir_that_is_a_file_before_decoding(
