@@ -40,7 +40,7 @@ from captioning.decoding.captions import check_finite, check_not_all_empty
 from captioning.decoding.search import hard_attention_layers
 from captioning.inference.caption_bank import CaptionBank
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
-from captioning.metrics.coco import METRICS, EvalReport, evaluate_results
+from captioning.metrics.coco import EvalReport, evaluate_results
 from captioning.metrics.names import SCENE_METRICS
 from captioning.metrics.report import format_report, format_scene_metrics
 from captioning.metrics.scenes import score_scenes
@@ -304,7 +304,7 @@ def evaluate_checkpoint(
     data_name: str = "",
     decoding: dict[str, Any] | None = None,
     tokenizer: str = "ptb",
-    metrics: tuple[str, ...] = METRICS,
+    metrics: tuple[str, ...] | None = None,  # None: every registered caption metric (TEXT_METRICS)
     batch_size: int = 50,
     cache_dir: str | Path | None = None,
     device: str = "cpu",

@@ -32,11 +32,8 @@ from pycocotools.coco import COCO
 from captioning import progress
 from captioning.data.files import read_utf8_text
 from captioning.data.tokenize import tokenize
-from captioning.metrics.names import METRICS, TOKENIZERS  # noqa: E402  (re-exported)
-
-_BLEU = METRICS[:4]
-
-Refs = dict[Hashable, list[str]]  # image id -> tokenised captions joined by spaces
+from captioning.metrics.names import METRICS, TEXT_METRICS, TOKENIZERS  # noqa: E402  (METRICS re-exported)
+from captioning.metrics.text import Refs, TextMetric, text_metric
 
 
 class _ClosingMeteor(Meteor):
@@ -75,11 +72,13 @@ def spice_models_missing() -> str | None:
     return None
 
 
+def _spice_missing() -> str | None:
+    return _java_missing() or spice_models_missing()
+
+
 def metric_unavailable_reason(metric: str) -> str | None:
     """Why ``metric`` cannot be computed on this machine, or None when it can."""
-    if metric in ("METEOR", "SPICE") and (reason := _java_missing()):
-        return reason
-    return spice_models_missing() if metric == "SPICE" else None
+    return text_metric(metric).unavailable()
 
 
 def _ptb_tokenize(captions: Mapping[Hashable, Sequence[str]]) -> Refs:
@@ -141,13 +140,10 @@ def _tokenize_pair(
     return {k: both[("ref", k)] for k in references}, {k: both[("hyp", k)] for k in references}
 
 
-def _run_java_metric(name: str, gts: Refs, res: Refs) -> float:
-    if name == "SPICE":
-        with contextlib.redirect_stdout(io.StringIO()):
-            return float(Spice().compute_score(gts, res)[0])
+def _meteor(gts: Refs, res: Refs) -> dict[str, float]:
     meteor = _ClosingMeteor()
     try:
-        return float(meteor.compute_score(gts, res)[0])
+        return {"METEOR": float(meteor.compute_score(gts, res)[0])}
     except (OSError, ValueError) as err:
         raise RuntimeError(f"{err!r}; java stderr: {meteor.close()}") from err
     finally:
@@ -155,42 +151,61 @@ def _run_java_metric(name: str, gts: Refs, res: Refs) -> float:
             meteor.close()
 
 
+def _spice(gts: Refs, res: Refs) -> dict[str, float]:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return {"SPICE": float(Spice().compute_score(gts, res)[0])}
+
+
+# The caption metrics of the registry (captioning.metrics.names.TEXT_METRICS), through pycocoevalcap.
+BLEU = TextMetric(  # one Bleu(4) pass yields BLEU-1..4
+    names=METRICS[:4],
+    compute=lambda gts, res: dict(zip(METRICS[:4], Bleu(4).compute_score(gts, res, verbose=0)[0])),
+)
+ROUGE_L = TextMetric(
+    names=("ROUGE_L",), compute=lambda gts, res: {"ROUGE_L": Rouge().compute_score(gts, res)[0]}
+)
+CIDER = TextMetric(  # the toolkit's Cider is CIDEr-D (sigma 6, clipped counts, x10)
+    names=("CIDEr",), compute=lambda gts, res: {"CIDEr": Cider().compute_score(gts, res)[0]}
+)
+METEOR = TextMetric(names=("METEOR",), compute=_meteor, unavailable=_java_missing, external=True)
+SPICE = TextMetric(names=("SPICE",), compute=_spice, unavailable=_spice_missing, external=True)
+
+
 def compute_scores(gts: Refs, res: Refs, metrics: Sequence[str]) -> tuple[dict[str, float], dict[str, str]]:
     """Score tokenised captions (``res`` values are one-element lists, as in pycocoevalcap).
 
-    Returns ``(scores, skipped)``: scores on the 0-1 scale in :data:`METRICS` order, and
-    ``metric -> reason`` for the Java metrics that could not be computed here.
+    Returns ``(scores, skipped)``: scores on the 0-1 scale in registry order (``TEXT_METRICS``), and
+    ``metric -> reason`` for the metrics of external tools that could not be computed here.
     """
-    unknown = [m for m in metrics if m not in METRICS]
+    registered = tuple(TEXT_METRICS)  # read now: a metric registered after import counts
+    unknown = [m for m in metrics if m not in registered]
     if unknown:
-        raise ValueError(f"unknown metrics {unknown}; choose from {METRICS}")
+        raise ValueError(f"unknown metrics {unknown}; choose from {registered}")
+    wanted: dict[
+        int, tuple[TextMetric, list[str]]
+    ] = {}  # one computation per metric object, in METRICS order
+    for name in (m for m in registered if m in metrics):
+        metric = text_metric(name)
+        wanted.setdefault(id(metric), (metric, []))[1].append(name)
     scores: dict[str, float] = {}
     skipped: dict[str, str] = {}
     report = progress.bar(len(metrics), "scoring", unit="metric")  # captioning/progress.py
-    if any(m in _BLEU for m in metrics):  # one Bleu(4) pass yields BLEU-1..4
-        bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
-        scores.update({name: float(v) for name, v in zip(_BLEU, bleu) if name in metrics})
-        report.update(sum(m in _BLEU for m in metrics))
-    if "ROUGE_L" in metrics:
-        scores["ROUGE_L"] = float(Rouge().compute_score(gts, res)[0])
-        report.update(1)
-    if "CIDEr" in metrics:  # the toolkit's Cider is CIDEr-D (sigma 6, clipped counts, x10)
-        scores["CIDEr"] = float(Cider().compute_score(gts, res)[0])
-        report.update(1)
-    for name in ("METEOR", "SPICE"):
-        if name not in metrics:
-            continue
-        if reason := metric_unavailable_reason(name):
-            skipped[name] = reason
-            report.update(1)  # counted as done: the closing line reads n/n, the skip is reported apart
-            continue
-        try:
-            scores[name] = _run_java_metric(name, gts, res)
-        except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as err:
-            skipped[name] = f"{name} failed: {err}"
-        report.update(1)
+    for metric, names in wanted.values():
+        if reason := metric.unavailable():
+            skipped.update(dict.fromkeys(names, reason))
+        else:
+            try:
+                values = metric.compute(gts, res)
+                scores.update({name: float(values[name]) for name in names})
+            except (OSError, ValueError, RuntimeError, subprocess.SubprocessError) as err:
+                if not metric.external:
+                    raise
+                skipped.update({name: f"{name} failed: {err}" for name in names})
+        report.update(
+            len(names)
+        )  # a skip counts as done: the closing line reads n/n, skips are reported apart
     report.close()
-    return {m: scores[m] for m in METRICS if m in scores}, skipped
+    return {m: scores[m] for m in registered if m in scores}, skipped
 
 
 def nltk_bleu(gts: Refs, res: Refs) -> dict[str, float]:
@@ -243,14 +258,16 @@ class EvalReport:
 def evaluate_results(
     results: Sequence[Mapping[str, Any]],
     references: Mapping[Hashable, Sequence[str]],
-    metrics: Sequence[str] = METRICS,
+    metrics: Sequence[str] | None = None,
     tokenizer: str = "ptb",
 ) -> EvalReport:
     """Score a COCO results list ``[{"image_id", "caption"}]`` against ``references`` (id -> captions).
 
     As in the official demo (``cocoEval.params['image_id'] = cocoRes.getImgIds()``), only the images in
-    ``results`` are scored; every one of them must have references and exactly one caption.
+    ``results`` are scored; every one of them must have references and exactly one caption. ``metrics``:
+    names of ``TEXT_METRICS`` (None: every registered one).
     """
+    metrics = tuple(TEXT_METRICS) if metrics is None else metrics
     hypotheses: dict[Hashable, str] = {}
     for i, result in enumerate(results):
         if not isinstance(result, Mapping) or not {"image_id", "caption"} <= set(result):

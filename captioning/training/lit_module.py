@@ -27,7 +27,7 @@ from captioning.data.vocab import Vocab
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.losses import caption_loss
 from captioning.metrics.coco import score_captions
-from captioning.metrics.names import METRICS, SCENE_METRICS
+from captioning.metrics.names import SCENE_METRICS, TEXT_METRICS
 from captioning.metrics.scenes import scene_values, score_scenes
 from captioning.models.caption_model import CaptionModel
 from captioning.models.decoders.base import Decoder, shift_inputs
@@ -65,10 +65,10 @@ class CaptionLitModule(pl.LightningModule):
         self.net_config = net_config
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.val_metrics = tuple(val_metrics)
-        unknown = [m for m in self.val_metrics if m not in METRICS and m not in SCENE_METRICS]
+        unknown = [m for m in self.val_metrics if m not in TEXT_METRICS and m not in SCENE_METRICS]
         if unknown:
-            raise ValueError(f"val_metrics {unknown}: expected names from {METRICS + tuple(SCENE_METRICS)}")
-        self.toolkit_metrics = tuple(m for m in self.val_metrics if m in METRICS)
+            raise ValueError(f"val_metrics {unknown}: expected names from {(*TEXT_METRICS, *SCENE_METRICS)}")
+        self.toolkit_metrics = tuple(m for m in self.val_metrics if m in TEXT_METRICS)
         self.scene_metrics = tuple(m for m in self.val_metrics if m in SCENE_METRICS)
         self.image_size = image_size  # saved so `captioning caption` resizes images as in training
         if compile:

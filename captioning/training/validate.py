@@ -23,7 +23,7 @@ from captioning.data.files import folder_problem
 from captioning.data.vocab import SPECIALS
 from captioning.decoding.config import GenerationConfig
 from captioning.errors import ConfigError  # noqa: F401 - where the checks' callers import it from
-from captioning.metrics.names import METRICS, SCENE_METRICS
+from captioning.metrics.names import SCENE_METRICS, TEXT_METRICS
 from captioning.models.registry import bad_sizes
 from captioning.training.typecheck import type_problems
 
@@ -169,11 +169,11 @@ def check_config(cfg: DictConfig) -> None:
         problems.append(str(err))
     raw_metrics = _get(cfg, "model.val_metrics")
     metrics = [] if isinstance(raw_metrics, str) else list(raw_metrics or [])  # "CIDEr" is no list
-    unknown = [m for m in metrics if m not in METRICS and m not in SCENE_METRICS]
+    unknown = [m for m in metrics if m not in TEXT_METRICS and m not in SCENE_METRICS]
     if unknown or not metrics:
         shown = raw_metrics if isinstance(raw_metrics, str) else metrics
         problems.append(
-            f"model.val_metrics={shown!r}: expected a non-empty list of {', '.join(METRICS)} (on synthetic "
+            f"model.val_metrics={shown!r}: expected a non-empty list of {', '.join(TEXT_METRICS)} (on synthetic "
             f"scenes also {', '.join(SCENE_METRICS)}), e.g. [CIDEr]"
         )
     val_source = _get(cfg, "data.val._target_")
@@ -188,7 +188,7 @@ def check_config(cfg: DictConfig) -> None:
         monitor = node.get("monitor") if isinstance(node, DictConfig) else None
         if monitor is not None and monitor not in logged:
             known = sorted(
-                {f"val/{m}" for m in metrics if m in METRICS or m in SCENE_METRICS} | {"val/loss", "val/xent"}
+                {f"val/{m}" for m in metrics if m in TEXT_METRICS or m in SCENE_METRICS} | {"val/loss", "val/xent"}
             )
             problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(known)}")
     problems += _unknown_keys(cfg, TOP_LEVEL_KEYS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ from hydra.errors import InstantiationException
 from omegaconf import open_dict
 from PIL import Image
 
+from captioning.metrics import names
 from captioning.models.registry import MODEL_CLASSES
 
 from support import CONF, REPO
@@ -33,6 +35,7 @@ from support import CONF, REPO
 PAGE = REPO / "docs" / "design" / "extending.md"
 BLOCK = re.compile(r'^```(?:python|yaml) title="([^"]+)"\n(.*?)^```$', re.S | re.M)
 REGISTRY = "captioning/models/registry.py"
+NAMES = "captioning/metrics/names.py"  # the metric registries: its new entries are applied, not the file
 
 
 def page_sections() -> dict[str, list[tuple[str, str]]]:
@@ -49,7 +52,7 @@ EXAMPLES = {  # section -> what the test runs
 }
 
 
-@pytest.mark.parametrize("section", [*EXAMPLES, "Adding a dataset reader"])
+@pytest.mark.parametrize("section", [*EXAMPLES, "Adding a dataset reader", "Adding a caption metric"])
 def test_each_part_touches_at_most_three_files(section: str) -> None:
     paths = [path for path, _ in SECTIONS[section]]
     assert paths and len(paths) == len(set(paths)) <= 3, paths
@@ -68,7 +71,7 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         root = tmp_path / "extension"
         files = dict(SECTIONS[section])
         for path, code in files.items():
-            if path == REGISTRY:
+            if path in (REGISTRY, NAMES):
                 continue
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -82,6 +85,12 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
                 for alias in node.names:
                     cls = getattr(importlib.import_module(node.module), alias.name)
                     monkeypatch.setitem(MODEL_CLASSES, f"{cls.__module__}.{cls.__qualname__}", cls)
+        for node in ast.parse(files.get(NAMES, "")).body:  # its registry lines: the entries the page adds
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+                registry = getattr(names, node.targets[0].id)
+                for key, value in zip(node.value.keys, node.value.values):
+                    if ast.literal_eval(key) not in registry:
+                        monkeypatch.setitem(registry, ast.literal_eval(key), ast.literal_eval(value))
         return root / "captioning" / "conf"
 
     yield install
@@ -156,3 +165,33 @@ def test_the_reader_example_reads_three_records(install, tmp_path, monkeypatch) 
         hydra.utils.instantiate(cfg.data.train)
     assert isinstance(err.value.__cause__, DatasetError)  # one line: the file, the line, what was expected
     assert re.search(r"train\.tsv line 1: got .*; expected '<image>\\t<caption>'", str(err.value.__cause__))
+
+
+def test_the_caption_metric_example_is_scored_checked_and_logged_by_name(install, tmp_path) -> None:
+    from captioning.metrics.coco import evaluate_results, score_captions
+    from captioning.training.train import train
+
+    conf = install("Adding a caption metric")
+    refs = {1: ["a red circle on the left", "a red circle"], 2: ["a big blue square", "a blue square"]}
+    hyps = {1: "a red circle", 2: "a square"}
+    scores = score_captions(refs, hyps, metrics=["Bleu_4", "Length"])
+    assert list(scores) == ["Bleu_4", "Length"]  # registry order, beside the shipped ones
+    # generated: (3 + 2) / 2 = 2.5 tokens; references: (6 + 3 + 4 + 3) / 4 = 4 tokens
+    assert scores["Length"] == pytest.approx(2.5 / 4)
+    report = evaluate_results(
+        [{"image_id": i, "caption": c} for i, c in hyps.items()], refs, tokenizer="simple"
+    )
+    assert report.scores["Length"] == pytest.approx(2.5 / 4)  # evaluate's default: every registered metric
+    run = compose_train(
+        conf,
+        [
+            "debug=tiny",
+            "trainer.max_epochs=1",  # 15 steps, then one validation
+            "model.val_metrics=[CIDEr,Length]",
+            "callbacks.model_checkpoint.monitor=val/Length",
+        ],
+        tmp_path / "run",
+    )
+    train(run)  # the config check accepts the name and the monitor; validation logs val/Length
+    summary = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert summary["monitor"] == "val/Length" and summary["best"]["metrics"]["val/Length"] > 0
