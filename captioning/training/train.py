@@ -101,11 +101,6 @@ def train(cfg: DictConfig) -> str:
     except InstantiationException as err:
         raise ConfigError(one_line(err)) from err
     vocab = datamodule.build_vocab()
-    if cfg.data.get("feature_cache") is not None:
-        # The model's own encoder makes the feature cache (CachedEncoder); until then the data built a second
-        # one here. Its initialisation's draws are replayed (and the encoder dropped) so seeded runs keep
-        # their numbers: the decoder is initialised from the same random state as before.
-        hydra.utils.instantiate(cfg.model.encoder)
     check_vocabulary(vocab, cfg.data.min_word_count)
     with open_dict(cfg):
         cfg.model.decoder.vocab_size = len(vocab)  # logged with the rest of the config

@@ -188,7 +188,8 @@ def check_config(cfg: DictConfig) -> None:
         monitor = node.get("monitor") if isinstance(node, DictConfig) else None
         if monitor is not None and monitor not in logged:
             known = sorted(
-                {f"val/{m}" for m in metrics if m in TEXT_METRICS or m in SCENE_METRICS} | {"val/loss", "val/xent"}
+                {f"val/{m}" for m in metrics if m in TEXT_METRICS or m in SCENE_METRICS}
+                | {"val/loss", "val/xent"}
             )
             problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(known)}")
     problems += _unknown_keys(cfg, TOP_LEVEL_KEYS)

@@ -60,7 +60,9 @@ def test_own_captions_train_in_one_command_and_caption(tmp_path, capsys):
         f"paths.train_json={train_json}",
         f"paths.val_json={val_json}",
         f"paths.images={images}",
-        "trainer.max_epochs=1",
+        "trainer.max_epochs=4",  # 8 steps at full rate: words before <end>, whatever the initial draws
+        "model.optimizer.lr=1e-2",
+        "model.scheduler.warmup_steps=0",
         f"paths.cache={tmp_path / 'cache'}",
         f"hydra.run.dir={run_dir}",
         *SMALL,
