@@ -30,7 +30,6 @@ import copy
 import fcntl
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,11 +39,12 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm  # the text bar: tqdm.auto warns at import in a kernel without ipywidgets
 
+from captioning.data.files import write_text_atomically
 from captioning.data.images import image_to_tensor
 from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, RecordSource
 from captioning.hashing import encoder_identity, state_dict_hash, tensors_hash  # noqa: F401 - re-exported
-from captioning.writes import folder_problem
+from captioning.writes import commit, folder_problem
 
 FORMAT_VERSION = 1  # bump when the layout or the way features are computed changes
 STORAGE_DTYPE = np.float16
@@ -216,7 +216,7 @@ class FeatureCache:
             self._encode_batches(source, indices, encoder, tmp, directory, image_size)
         finally:
             encoder.train(was_training)
-        os.replace(tmp, directory / name)  # complete chunks only: an interrupted run leaves a .partial
+        commit(tmp, directory / name)  # durable, complete chunks only: an interrupted run leaves a .partial
         index["chunks"].append(name)
         for row, (key, i) in enumerate(todo.items()):
             index["images"][key] = [chunk_id, row, source.image_id(i)]
@@ -331,9 +331,8 @@ def _read_index(directory: Path, ingredients: dict) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".json.partial")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)  # atomic: readers see the old or the new index, never half of one
+    # Readers see the old or the new index, never half of one; after a crash, the chunks it names are on disk.
+    write_text_atomically(path, json.dumps(data))
 
 
 @contextmanager
