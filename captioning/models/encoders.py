@@ -132,11 +132,15 @@ class ImageEncoder(nn.Module):
         return self.forward_from(images, 0)  # (B, L, D)
 
     def forward_from(self, x: Tensor, start: int) -> Tensor:
-        """The input of stage ``start`` (normalised images for 0) -> (B, L, D) grid."""
-        # Held trained stages give the frozen encoder's output, without a graph through them.
-        if self.held and start < len(self._stages):
+        """The input of stage ``start`` (normalised images for 0) -> (B, L, D) grid. Every path from an input
+        to a grid comes through here, so a family's own wiring (``_grid_from``) never bypasses ``held``."""
+        if self.held and start < len(self._stages):  # the frozen encoder's output, without a graph
             with torch.no_grad():
-                return self._to_grid(self._run(x, start, len(self._stages)))
+                return self._grid_from(x, start)
+        return self._grid_from(x, start)
+
+    def _grid_from(self, x: Tensor, start: int) -> Tensor:
+        """The stages from ``start`` on and the grid pooling; a family with other wiring overrides this."""
         return self._to_grid(self._run(x, start, len(self._stages)))
 
     def hold(self, held: bool) -> None:
@@ -435,7 +439,7 @@ class EfficientNetLiteEncoder(ImageEncoder):
             return min(self.first_trained, self.n_fine_stages)  # the stride-16 map is read after stage5
         return self.first_trained
 
-    def forward_from(self, x: Tensor, start: int) -> Tensor:
+    def _grid_from(self, x: Tensor, start: int) -> Tensor:
         if self.stage != "multilevel":
             return self._to_grid(self._run(x, start, len(self._stages)))  # (B, L, C16) or (B, L, 1280)
         if start > self.n_fine_stages:

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from captioning.data.readers import read_karpathy
+from captioning.models.encoders import EfficientNetLiteEncoder
 from captioning.training.train import train
 
 from support import compose_train
@@ -79,6 +80,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def encoder_head(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The trained weights (not BN statistics) of the encoder's head in a Lightning checkpoint."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    return {
+        k: v
+        for k, v in state.items()
+        if k.startswith("net.encoder.head.") and "running" not in k and "num_batches" not in k
+    }
+
+
 def global_step(checkpoint: Path) -> int:
     return torch.load(checkpoint, map_location="cpu", weights_only=True)["global_step"]
 
@@ -87,10 +98,18 @@ def test_experiments_compose_at_their_8_gpu_sizes():
     for experiment in EXPERIMENTS:
         cfg = compose_train([f"experiment={experiment}"])
         t, d, m = cfg.trainer, cfg.data, cfg.model
-        assert (t.strategy, t.devices, t.num_nodes, t.precision) == ("ddp", 8, 1, "bf16-mixed"), experiment
+        assert (t.strategy, t.devices, t.num_nodes, t.precision) == (
+            "ddp_find_unused_parameters_true",  # the held encoder stages of epoch 0 get no gradient
+            8,
+            1,
+            "bf16-mixed",
+        ), experiment
         assert d.train.records._target_.endswith("read_karpathy") and d.test.records.split == "test"
         assert (d.batch_size, d.image_size, d.min_word_count) == (64, 224, 5)
         assert (m.encoder.variant, m.encoder.freeze, m.encoder.stage) == ("lite1", True, "head")
+        # fine-tuning from a stated epoch: stage7 + head from epoch 1, at a tenth of the rate, BN kept
+        assert (m.encoder.fine_tune_from, m.encoder.bn_eval, m.encoder.lr_scale) == ("stage7", True, 0.1)
+        assert cfg.callbacks.unfreeze_encoder.at_epoch == 1
         assert "encoder" not in d.feature_cache  # the model's own encoder makes the cache
         assert cfg.callbacks.model_checkpoint.monitor == cfg.callbacks.early_stopping.monitor == "val/CIDEr"
         # The LR rule of coco_base.yaml: the Flickr8k rate at B = 64 x sqrt(global batch / 64).
@@ -137,9 +156,15 @@ def test_coco_soft_trains_resumes_and_scst_fine_tunes(replica, cache, tmp_path):
     best = train(compose_train(overrides, xe))
     last = xe / "checkpoints" / "last.ckpt"
     assert global_step(last) == STEPS
+    held = encoder_head(last)  # epoch 0: the encoder's trained stages are held at their ImageNet weights
+    pretrained = EfficientNetLiteEncoder(
+        variant="lite1", stage="head", grid_size=3, out_dim=1280
+    ).state_dict()
+    assert held and all(torch.equal(v, pretrained[k.removeprefix("net.encoder.")]) for k, v in held.items())
     # Resume: ckpt_path=last in the same run folder, one more epoch: the step count continues.
     train(compose_train([*overrides, "ckpt_path=last", "trainer.max_epochs=2"], xe))
     assert global_step(last) == 2 * STEPS
+    assert any(not torch.equal(v, held[k]) for k, v in encoder_head(last).items())  # epoch 1: they train
     # SCST from the XE checkpoint (the guide's second command), at tiny sizes.
     scst = tmp_path / "scst"
     train(compose_train([*overrides, "objective=scst", f"init_from={best}", "data.batch_size=4"], scst))
@@ -193,7 +218,7 @@ def test_ddp_two_cpu_ranks_build_one_feature_cache(replica, tmp_path):
     overrides = [
         *tiny("coco_soft"),
         *replica_overrides(replica, cache),
-        "trainer.strategy=ddp",
+        "trainer.strategy=ddp_find_unused_parameters_true",  # as the recipe: epoch 0 holds the encoder
         "trainer.devices=2",  # after tiny's devices=1
         *probe(probes),
         f"hydra.run.dir={tmp_path / 'run'}",
@@ -224,7 +249,7 @@ def test_two_node_launch_simulated_with_torchrun(replica, tmp_path):
         overrides = [
             *tiny("coco_soft"),
             *replica_overrides(replica, tmp_path / "cache"),
-            "trainer.strategy=ddp",
+            "trainer.strategy=ddp_find_unused_parameters_true",
             "trainer.num_nodes=2",
             *probe(probes),
             f"hydra.run.dir={tmp_path / f'node{node}'}",

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from captioning.models.encoders import SmallCNN
+from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN, TorchvisionEncoder
 from captioning.training.callbacks.unfreeze_encoder import UnfreezeEncoder
 
 
@@ -23,8 +23,9 @@ def _module(encoder: nn.Module) -> SimpleNamespace:
     return SimpleNamespace(net=SimpleNamespace(encoder=encoder))
 
 
-def _trainer(epoch: int) -> SimpleNamespace:
-    return SimpleNamespace(current_epoch=epoch, is_global_zero=True)
+def _trainer(epoch: int, world_size: int = 1, ddp_kwargs: dict | None = None) -> SimpleNamespace:
+    strategy = SimpleNamespace(_ddp_kwargs=ddp_kwargs) if ddp_kwargs is not None else SimpleNamespace()
+    return SimpleNamespace(current_epoch=epoch, is_global_zero=True, world_size=world_size, strategy=strategy)
 
 
 def _step(encoder: nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor) -> None:
@@ -64,6 +65,39 @@ def test_held_stages_keep_weights_and_bn_statistics_then_train_when_released() -
     assert changed == {"3"}  # the trained stage moved; the frozen prefix did not
 
 
+FAMILIES = {  # every family's own wiring must pass through the hold (EfficientNet-Lite once bypassed it)
+    "small_cnn": lambda: SmallCNN(out_dim=16, grid_size=3, width=8, freeze=True, fine_tune_from="last"),
+    "resnet18": lambda: TorchvisionEncoder(
+        "resnet18", pretrained=False, grid_size=2, freeze=True, fine_tune_from="last"
+    ),
+    "lite0_head": lambda: EfficientNetLiteEncoder(
+        pretrained=False, stage="head", grid_size=2, freeze=True, fine_tune_from="last"
+    ),
+    "lite0_stride16": lambda: EfficientNetLiteEncoder(
+        pretrained=False, stage="stride16", freeze=True, fine_tune_from="last"
+    ),
+    "lite1_multilevel": lambda: EfficientNetLiteEncoder(
+        pretrained=False, stage="multilevel", variant="lite1", grid_size=2, freeze=True, fine_tune_from="last"
+    ),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_holds_its_trained_stages_on_images_and_cached_prefixes(family: str) -> None:
+    torch.manual_seed(0)
+    encoder = FAMILIES[family]().train()
+    trained = [p for p in encoder.parameters() if p.requires_grad]
+    images = torch.rand(2, 3, 64, 64)
+    prefix = encoder.encode_prefix(images)  # (B, C, h, w): what the feature cache stores
+    encoder.hold(True)
+    for grid in (encoder.encode(images), encoder.encode(prefix)):
+        assert not grid.requires_grad  # no graph through the held stages, whichever the input
+    encoder.hold(False)
+    for grid in (encoder.encode(images), encoder.encode(prefix)):
+        grid.sum().backward()
+    assert trained and all(p.grad is not None for p in trained)  # released: they get gradients
+
+
 def test_a_fully_frozen_encoder_has_nothing_to_hold() -> None:
     frozen = SmallCNN(out_dim=16, grid_size=3, width=8, freeze=True)
     with pytest.raises(ValueError, match="no stage trains"):
@@ -90,3 +124,15 @@ def test_the_phase_follows_the_epoch_also_when_resumed_there(start_epoch: int) -
         callback.on_train_epoch_start(_trainer(epoch), module)
         phases.append(encoder.held)
     assert phases == [epoch < 2 for epoch in range(start_epoch, 4)]
+
+
+def test_ddp_without_unused_parameter_detection_is_refused_while_stages_are_held() -> None:
+    callback = UnfreezeEncoder(at_epoch=1)
+    with pytest.raises(ValueError, match="use trainer.strategy=ddp_find_unused_parameters_true"):
+        callback.on_fit_start(_trainer(0, world_size=2, ddp_kwargs={}), _module(_encoder()))
+    callback.on_fit_start(
+        _trainer(0, world_size=2, ddp_kwargs={"find_unused_parameters": True}), _module(_encoder())
+    )
+    callback.on_fit_start(
+        _trainer(1, world_size=2, ddp_kwargs={}), _module(_encoder())
+    )  # resumed past the hold

@@ -36,6 +36,19 @@ class UnfreezeEncoder(pl.Callback):
                 f"callbacks.unfreeze_encoder: model.encoder ({type(encoder).__name__}) trains no stage; set "
                 "model.encoder.fine_tune_from (e.g. stage7) or drop the callback"
             )
+        # DDP refuses a step in which a parameter that requires grad gets none, unless told to look for them.
+        ddp_kwargs = getattr(trainer.strategy, "_ddp_kwargs", None)
+        holds = trainer.current_epoch < self.at_epoch
+        if (
+            holds
+            and trainer.world_size > 1
+            and ddp_kwargs is not None
+            and not ddp_kwargs.get("find_unused_parameters")
+        ):
+            raise ValueError(
+                "callbacks.unfreeze_encoder: the held stages get no gradient until epoch "
+                f"{self.at_epoch}, which DDP refuses; use trainer.strategy=ddp_find_unused_parameters_true"
+            )
         self._apply(trainer, pl_module)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
