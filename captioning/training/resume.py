@@ -70,10 +70,10 @@ def finished_run(output_dir: str | Path) -> str | None:
         summary = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    checkpoint = summary.get("checkpoint") if isinstance(summary, dict) else None
-    if summary.get("finished") is True and isinstance(checkpoint, str) and Path(checkpoint).is_file():
-        return checkpoint
-    return None
+    if not isinstance(summary, dict) or summary.get("finished") is not True:
+        return None
+    checkpoint = summary.get("checkpoint")
+    return checkpoint if isinstance(checkpoint, str) and Path(checkpoint).is_file() else None
 
 
 def checkpoint_folders(cfg: Any) -> list[Path]:

@@ -428,3 +428,15 @@ def test_ckpt_path_auto_starts_resumes_and_never_trains_a_finished_run_again(tmp
 def test_objective_scst_with_ckpt_path_auto_still_needs_init_from(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="init_from=None: objective=scst starts from a cross-entropy"):
         train(compose_train([*TINY, "objective=scst", "ckpt_path=auto"], tmp_path))
+
+
+@pytest.mark.parametrize(
+    "content", ["[1, 2]", "not json", '{"finished": true}', '{"finished": "yes", "checkpoint": "x"}']
+)
+def test_a_run_json_that_does_not_name_a_finished_checkpoint_means_not_finished(
+    tmp_path: Path, content
+) -> None:
+    from captioning.training.resume import finished_run
+
+    (tmp_path / "run.json").write_text(content)
+    assert finished_run(tmp_path) is None

@@ -17,16 +17,20 @@ at that step, not its peak.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import pytorch_lightning as pl
 
+from captioning.bounds import AtLeast, check_bounds
+
 
 class UnfreezeEncoder(pl.Callback):
-    def __init__(self, at_epoch: int) -> None:
-        if isinstance(at_epoch, bool) or not isinstance(at_epoch, int) or at_epoch < 0:
+    def __init__(self, at_epoch: Annotated[int, AtLeast(0)]) -> None:
+        if isinstance(at_epoch, bool) or not isinstance(at_epoch, int):
             raise ValueError(
-                f"UnfreezeEncoder: at_epoch must be an integer >= 0 (0 = no staging), got {at_epoch!r}"
+                f"callbacks.unfreeze_encoder.at_epoch={at_epoch!r}: expected an integer (0 = no staging)"
             )
+        check_bounds("callbacks.unfreeze_encoder", UnfreezeEncoder, {"at_epoch": at_epoch})
         self.at_epoch = at_epoch
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
