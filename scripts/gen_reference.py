@@ -51,7 +51,11 @@ def cli_page() -> str:
         "",
         fenced(parser.format_help()),
     ]
+    seen: set[int] = set()
     for name, command in sub.choices.items():
+        if id(command) in seen:  # an alias (captioning memory = bank): one section per command
+            continue
+        seen.add(id(command))
         parts += [f"## captioning {name}", "", fenced(command.format_help())]
     env = {**os.environ, "COLUMNS": COLUMNS, "PYTHONPATH": str(REPO)}
     train = subprocess.run(
