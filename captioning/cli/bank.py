@@ -24,6 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.set_defaults(command="bank")  # typed as its alias, it still runs (and names itself) as bank
     parser.add_argument(
         "--checkpoint", required=True, type=checkpoint_arg, help="the .ckpt or .safetensors to rerank for"
     )

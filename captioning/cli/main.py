@@ -26,7 +26,6 @@ SUBCOMMANDS = {
     "bank": bank,
     "models": models,
 }
-ALIASES = {"memory": "bank"}  # earlier names of sub-commands (argparse reports the name typed)
 
 
 def version() -> str:
@@ -60,7 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.command = ALIASES.get(args.command, args.command)
     from captioning import progress
 
     progress.set_quiet(args.quiet)  # set on every call: tests run several commands in one process

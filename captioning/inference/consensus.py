@@ -9,7 +9,7 @@ training references (``captioning.metrics.cider``):
   estimates E_{w ~ p(w | I)}[CIDEr-D(c; w)], the expected score if the references were the model's;
 * **nearest-neighbour consensus** (Devlin et al. 2015, "Exploring nearest neighbor approaches for image
   captioning"): the reference captions of the k training images nearest to this one
-  (``bank.py``), evidence from outside the model.
+  (``caption_bank.py``), evidence from outside the model.
 
     score(c) = mean_{e ∈ candidates} CIDEr-D(c; e) + weight · mean_{r ∈ neighbours' captions} CIDEr-D(c; r)
 

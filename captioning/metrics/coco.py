@@ -76,11 +76,6 @@ def _spice_missing() -> str | None:
     return _java_missing() or spice_models_missing()
 
 
-def metric_unavailable_reason(metric: str) -> str | None:
-    """Why ``metric`` cannot be computed on this machine, or None when it can."""
-    return text_metric(metric).unavailable()
-
-
 def _ptb_tokenize(captions: Mapping[Hashable, Sequence[str]]) -> Refs:
     if reason := _java_missing():
         raise RuntimeError(f"tokenizer='ptb' needs Java: {reason}; use tokenizer='simple' instead")
@@ -181,9 +176,8 @@ def compute_scores(gts: Refs, res: Refs, metrics: Sequence[str]) -> tuple[dict[s
     unknown = [m for m in metrics if m not in registered]
     if unknown:
         raise ValueError(f"unknown metrics {unknown}; choose from {registered}")
-    wanted: dict[
-        int, tuple[TextMetric, list[str]]
-    ] = {}  # one computation per metric object, in METRICS order
+    # One computation per metric object (BLEU's one pass serves Bleu_1..4), in registry order.
+    wanted: dict[int, tuple[TextMetric, list[str]]] = {}
     for name in (m for m in registered if m in metrics):
         metric = text_metric(name)
         wanted.setdefault(id(metric), (metric, []))[1].append(name)
@@ -201,9 +195,8 @@ def compute_scores(gts: Refs, res: Refs, metrics: Sequence[str]) -> tuple[dict[s
                 if not metric.external:
                     raise
                 skipped.update({name: f"{name} failed: {err}" for name in names})
-        report.update(
-            len(names)
-        )  # a skip counts as done: the closing line reads n/n, skips are reported apart
+        # A skip counts as done: the closing line reads n/n, skips are reported apart.
+        report.update(len(names))
     report.close()
     return {m: scores[m] for m in registered if m in scores}, skipped
 

@@ -13,9 +13,8 @@ TEXT_METRICS: dict[str, object] = {
     "CIDEr": "captioning.metrics.coco:CIDER",
     "SPICE": "captioning.metrics.coco:SPICE",
 }
-METRICS = tuple(
-    TEXT_METRICS
-)  # the names shipped; code that must see a metric registered later reads TEXT_METRICS
+# The names shipped; code that must see a metric registered later reads TEXT_METRICS.
+METRICS = tuple(TEXT_METRICS)
 # The registry of validation scores of synthetic scenes (captioning.metrics.scenes): name -> "module:attribute"
 # of its SceneMetric, loaded only when scenes are scored (or the metric itself). Computed from the decoded
 # captions and their attention during training, where the val source has scenes, and by `captioning evaluate`;

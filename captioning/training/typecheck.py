@@ -93,7 +93,5 @@ def type_problems(node: Any, where: str) -> Iterator[str]:
         elif allowed is not None and not fits(value, allowed):
             expected = " or ".join(NAMES[t] for t in allowed)
             yield f"{where}.{key}={value!r}: expected {expected} (argument of {node['_target_']})"
-        elif problem := bound_problem(
-            f"{where}.{key}", value, hints[key]
-        ):  # the bound its signature declares
+        elif problem := bound_problem(f"{where}.{key}", value, hints[key]):  # its signature's bound
             yield problem
