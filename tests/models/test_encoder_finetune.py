@@ -18,15 +18,8 @@ from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN, Torchv
 from captioning.training.build import build_model
 from captioning.training.train import train
 
-FAMILIES = {  # name -> factory(**training options); random weights, tiny where the family allows
-    "small_cnn": lambda **kw: SmallCNN(out_dim=16, grid_size=3, width=8, **kw),
-    "resnet18": lambda **kw: TorchvisionEncoder("resnet18", pretrained=False, grid_size=2, **kw),
-    "lite0_stride16": lambda **kw: EfficientNetLiteEncoder(pretrained=False, stage="stride16", **kw),
-    "lite0_head": lambda **kw: EfficientNetLiteEncoder(pretrained=False, stage="head", grid_size=2, **kw),
-    "lite1_multilevel": lambda **kw: EfficientNetLiteEncoder(
-        pretrained=False, stage="multilevel", variant="lite1", grid_size=2, **kw
-    ),
-}
+from support.encoders import FAMILIES
+
 LAST_STAGE = {
     "small_cnn": "stage3",
     "resnet18": "stage4",

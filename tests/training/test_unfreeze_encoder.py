@@ -11,8 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN, TorchvisionEncoder
+from captioning.models.encoders import SmallCNN
 from captioning.training.callbacks.unfreeze_encoder import UnfreezeEncoder
+
+from support.encoders import FAMILIES
 
 
 def _encoder() -> SmallCNN:
@@ -66,27 +68,11 @@ def test_held_stages_keep_weights_and_bn_statistics_then_train_when_released() -
     assert changed == {"3"}  # the trained stage moved; the frozen prefix did not
 
 
-FAMILIES = {  # every family's own wiring must pass through the hold (EfficientNet-Lite once bypassed it)
-    "small_cnn": lambda: SmallCNN(out_dim=16, grid_size=3, width=8, freeze=True, fine_tune_from="last"),
-    "resnet18": lambda: TorchvisionEncoder(
-        "resnet18", pretrained=False, grid_size=2, freeze=True, fine_tune_from="last"
-    ),
-    "lite0_head": lambda: EfficientNetLiteEncoder(
-        pretrained=False, stage="head", grid_size=2, freeze=True, fine_tune_from="last"
-    ),
-    "lite0_stride16": lambda: EfficientNetLiteEncoder(
-        pretrained=False, stage="stride16", freeze=True, fine_tune_from="last"
-    ),
-    "lite1_multilevel": lambda: EfficientNetLiteEncoder(
-        pretrained=False, stage="multilevel", variant="lite1", grid_size=2, freeze=True, fine_tune_from="last"
-    ),
-}
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_holds_its_trained_stages_on_images_and_cached_prefixes(family: str) -> None:
     torch.manual_seed(0)
-    encoder = FAMILIES[family]().train()
+    # every family's own wiring must pass through the hold (EfficientNet-Lite's once bypassed it)
+    encoder = FAMILIES[family](freeze=True, fine_tune_from="last").train()
     trained = [p for p in encoder.parameters() if p.requires_grad]
     images = torch.rand(2, 3, 64, 64)
     prefix = encoder.encode_prefix(images)  # (B, C, h, w): what the feature cache stores
