@@ -4,7 +4,8 @@ With a frozen encoder (Xu et al. keep the CNN fixed) the grid a_i of an image ne
 training run would recompute it every epoch; on a CPU that is most of the step time. ``FeatureCache``
 computes the (L, D) grid of every image once and keeps it on disk:
 
-    cache_dir/<key>/index.json          image key -> [chunk, row, image id], plus the key's ingredients
+    cache_dir/<key>/index.json          image key -> [chunk, row, image id], the same rows by content
+                                        (a hash of the file's bytes), plus the key's ingredients
     cache_dir/<key>/chunk-NNN.npy       (N, L, D) float16, read memory-mapped
 
 ``<key>`` hashes everything the features depend on: the encoder's class, module structure
@@ -54,6 +55,8 @@ def image_key(source: CaptionSource, i: int) -> str:
     """What identifies image i's pixels: the file (path, size, mtime) on disk, else a hash of the pixels.
 
     Image ids alone are not enough: synthetic scenes of every split and seed are numbered 0..N-1.
+    A file key costs a ``stat``, so a run looks up 100k images in a second; when it misses (the dataset
+    was copied, moved or re-extracted: new paths or mtimes, same bytes) ``content_key`` finds the rows.
     """
     if isinstance(source, RecordSource):
         path = Path(source.records[i].path).resolve()
@@ -61,6 +64,14 @@ def image_key(source: CaptionSource, i: int) -> str:
         return f"file:{path}:{stat.st_size}:{stat.st_mtime_ns}"
     image = source.image(i)
     return f"pixels:{image.size}:{hashlib.sha1(image.tobytes()).hexdigest()}"
+
+
+def content_key(source: CaptionSource, i: int) -> str:
+    """What image i's features depend on, wherever its file lies: a hash of the file's bytes (a pixel
+    key already is one). Read only for images whose ``image_key`` the cache does not know."""
+    if isinstance(source, RecordSource):
+        return f"bytes:{hashlib.sha1(Path(source.records[i].path).read_bytes()).hexdigest()}"
+    return image_key(source, i)
 
 
 class CachedFeatures:
@@ -178,7 +189,8 @@ class FeatureCache:
         problem = folder_problem(directory, keep=True)  # kept: other ranks may be about to lock in it
         if problem:  # a read-only cache serves what it holds; anything to add needs a writable folder
             index = _read_index(directory, self.key_ingredients(image_size))
-            if directory.is_dir() and all(k in index["images"] for k in keys):
+            todo, _ = _resolve(index, source, keys)
+            if directory.is_dir() and not todo:
                 return CachedFeatures(
                     directory, index["chunks"], [tuple(index["images"][k][:2]) for k in keys]
                 )
@@ -189,21 +201,26 @@ class FeatureCache:
         directory.mkdir(parents=True, exist_ok=True)
         with _locked(directory / ".lock"):  # concurrent runs (DDP ranks, sweeps) encode each image once
             index = _read_index(directory, self.key_ingredients(image_size))
-            todo: dict[str, int] = {}  # image key -> first index with those pixels
-            for i, key in enumerate(keys):
-                if key not in index["images"]:
-                    todo.setdefault(key, i)
+            todo, aliased = _resolve(index, source, keys)
             if todo:
                 self._encode_chunk(source, todo, directory, index, image_size)
+            elif aliased:
+                _write_json(directory / "index.json", index)
             rows = [tuple(index["images"][k][:2]) for k in keys]
         return CachedFeatures(directory, index["chunks"], rows)
 
     @torch.no_grad()
     def _encode_chunk(
-        self, source: CaptionSource, todo: dict[str, int], directory: Path, index: dict, image_size: int
+        self,
+        source: CaptionSource,
+        todo: dict[str, tuple[int, str]],
+        directory: Path,
+        index: dict,
+        image_size: int,
     ) -> None:
-        """Encode images ``todo`` (key -> index) into one new chunk, then record them in the index."""
-        indices = list(todo.values())
+        """Encode images ``todo`` (key -> (index, content key)) into one new chunk, then record them in
+        the index under both keys."""
+        indices = [i for i, _ in todo.values()]
         chunk_id = len(index["chunks"])
         name = f"chunk-{chunk_id:03d}.npy"
         tmp = directory / f"{name}.partial"
@@ -218,8 +235,8 @@ class FeatureCache:
             encoder.train(was_training)
         commit(tmp, directory / name)  # durable, complete chunks only: an interrupted run leaves a .partial
         index["chunks"].append(name)
-        for row, (key, i) in enumerate(todo.items()):
-            index["images"][key] = [chunk_id, row, source.image_id(i)]
+        for row, (key, (i, content)) in enumerate(todo.items()):
+            index["images"][key] = index["content"][content] = [chunk_id, row, source.image_id(i)]
         _write_json(directory / "index.json", index)
 
     def _encode_batches(
@@ -312,10 +329,31 @@ def _on_device(module: nn.Module, device: torch.device) -> bool:
     return device.index is None or have.index == device.index
 
 
+def _resolve(index: dict, source: CaptionSource, keys: list[str]) -> tuple[dict[str, tuple[int, str]], bool]:
+    """The images of ``source`` the cache lacks (image key -> (first index with those pixels, content key)),
+    and whether any image was found by content instead: such keys are added to ``index`` in place as
+    aliases of the stored rows, so a copied or re-extracted dataset is not encoded a second time."""
+    stored, by_content = index["images"], index["content"]
+    todo: dict[str, tuple[int, str]] = {}
+    aliased = False
+    for i, key in enumerate(keys):
+        if key in stored or key in todo:
+            continue
+        content = content_key(source, i)
+        if content in by_content:
+            stored[key] = by_content[content]
+            aliased = True
+        else:
+            todo[key] = (i, content)
+    return todo, aliased
+
+
 def _read_index(directory: Path, ingredients: dict) -> dict:
+    """``{"key": ingredients, "chunks": [names], "images": {image key: row}, "content": {content key: row}}``
+    (a row is [chunk, row, image id]; indexes written before content keys existed get an empty map)."""
     path = directory / "index.json"
     if not path.is_file():
-        return {"key": ingredients, "chunks": [], "images": {}}
+        return {"key": ingredients, "chunks": [], "images": {}, "content": {}}
     try:
         index = json.loads(path.read_text())
     except json.JSONDecodeError as err:
@@ -327,6 +365,7 @@ def _read_index(directory: Path, ingredients: dict) -> dict:
             f"{path}: the cache directory's key does not match this encoder/image size (hash collision or "
             f"edited files); delete {directory} to rebuild it"
         )
+    index.setdefault("content", {})
     return index
 
 

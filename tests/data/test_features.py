@@ -91,6 +91,58 @@ def test_second_run_reuses_and_a_superset_only_encodes_new_images(tmp_path):
     )  # fmt: skip
 
 
+def photo_files(folder, n: int) -> RecordSource:
+    """``n`` scene images written as PNG files under ``folder``, as a reader's records."""
+    from captioning.data.readers import ImageRecord
+
+    folder.mkdir(parents=True)
+    scenes = SyntheticSource(n, seed=5, split="val")
+    records = []
+    for i in range(n):
+        path = folder / f"img{i}.png"
+        scenes.image(i).save(path)
+        records.append(ImageRecord(image_id=f"img{i}", path=path, captions=("a scene",)))
+    return RecordSource(records)
+
+
+def test_a_copied_or_touched_dataset_is_found_by_its_bytes_not_encoded_again(tmp_path):
+    import os
+    import shutil
+
+    source = photo_files(tmp_path / "photos", 5)
+    cache_dir = tmp_path / "cache"
+    first = FeatureCache(frozen_cnn(), cache_dir, batch_size=4, progress=False).features(source, 64)
+    # The dataset re-extracted elsewhere (new paths, new mtimes), plus one image the cache never saw.
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "photos", moved, copy_function=shutil.copy)  # copy: mtimes are new
+    os.utime(moved / "img0.png", ns=(0, 0))
+    SyntheticSource(6, seed=5, split="val").image(5).save(moved / "img5.png")
+    from captioning.data.readers import ImageRecord
+
+    copied = RecordSource([ImageRecord(f"img{i}", moved / f"img{i}.png", ("a scene",)) for i in range(6)])
+    encoder = frozen_cnn()
+    calls = count_images(encoder)
+    cache = FeatureCache(encoder, cache_dir, batch_size=4, progress=False)
+    second = cache.features(copied, 64)
+    assert calls == [1]  # only the new image
+    assert all(torch.equal(second(i), first(i)) for i in range(5))
+    torch.testing.assert_close(second(5), live_features(encoder, copied, 64)[5], rtol=2e-3, atol=2e-3)
+    index = json.loads((cache.directory(64) / "index.json").read_text())
+    assert len(index["images"]) == 11 and len(index["content"]) == 6  # 5 + 6 file keys, 6 distinct files
+    # Once aliased, the new keys are known by their stat alone: a third run neither reads nor encodes.
+    again = frozen_cnn()
+    again_calls = count_images(again)
+    FeatureCache(again, cache_dir, progress=False).features(copied, 64)
+    assert again_calls == []
+    # A file whose bytes changed under the same name is encoded afresh, never served the old row.
+    SyntheticSource(9, seed=5, split="val").image(8).save(moved / "img1.png")
+    os.utime(moved / "img1.png", ns=(1, 1))  # a stat of its own even where mtimes are coarse
+    edited = frozen_cnn()
+    edited_calls = count_images(edited)
+    third = FeatureCache(edited, cache_dir, progress=False).features(copied, 64)
+    assert edited_calls == [1] and not torch.equal(third(1), first(1))
+
+
 def test_same_image_ids_from_another_split_are_not_confused(tmp_path):
     cache = FeatureCache(frozen_cnn(), tmp_path, progress=False)
     val, test = SyntheticSource(3, split="val"), SyntheticSource(3, split="test")
