@@ -33,10 +33,10 @@ test: $(STAMP) browser  ## lint, then the whole test suite (slow tests included;
 	$(PY) -m ruff check captioning tests scripts
 	$(PY) -m ruff format --check captioning tests scripts
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
-	$(PY) -m pytest -q --durations=30  # the 30 slowest, so the suite's time can be kept in check
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=30  # a worker per core; the 30 slowest, to keep time in check
 
 test-fast: $(STAMP)  ## the test suite without tests marked slow
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
 lint: $(STAMP)  ## ruff lint and format check
 	$(PY) -m ruff check captioning tests scripts

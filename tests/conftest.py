@@ -16,7 +16,14 @@ import torch  # noqa: E402
 
 from support import TINY  # noqa: E402
 
-torch.set_num_threads(2)
+# One thread per pytest-xdist worker (`make test` runs one per core), two in a plain serial run.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests marked slow first: run across workers (``--dist loadfile``), a long file started last
+    would leave the other workers idle while it finishes. The sort is stable, so files keep their order."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
