@@ -14,8 +14,8 @@ so the model learns when to stop; the reward scores the words only (``<end>`` re
 would see the caption). Sampling and the teacher-forced pass run in eval mode (no dropout), so the
 log-probabilities are those of the policy that sampled.
 
-Hard attention trained by REINFORCE (``location_policy``, on by default for ``ReinforceHardAttention``)
-is a second policy acting inside the same trajectory: at step t the model draws a location
+Hard attention trained by REINFORCE (``location_policy``, on by default for a layer that declares it,
+``ReinforceHardAttention``) is a second policy acting inside the same trajectory: at step t the model draws a location
 s_t ~ Categorical(α_t(h_t)), then the word w_t ~ p(w | s_≤t, w_<t, I). The trajectory's probability
 factorises over steps, log p(s, w | I) = Σ_t [log α_{t, s_t} + log p(w_t | s_≤t, w_<t, I)], and the reward
 depends on the words only, so the score-function identity gives
@@ -52,7 +52,6 @@ from captioning.metrics.cider import CiderD
 from captioning.models.attention.estimators import (
     leave_one_out_baseline,  # the same baseline as K-sample REINFORCE
 )
-from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.training.lit_module import CaptionLitModule
 
 
@@ -78,13 +77,13 @@ class SelfCriticalLitModule(CaptionLitModule):
         self.num_samples = num_samples
         self.sample_temperature, self.sample_max_new_tokens = sample_temperature, sample_max_new_tokens
         attention = getattr(self.net.decoder, "attention", None)
-        reinforce = isinstance(attention, ReinforceHardAttention)
-        if location_policy and not reinforce:
+        can = bool(getattr(attention, "location_policy", False))  # a decoder without attention layer: no
+        if location_policy and not can:
             raise ValueError(
-                f"objective scst: location_policy=true needs a ReinforceHardAttention layer, the decoder has "
-                f"{type(attention).__name__}"
+                "objective scst: location_policy=true needs an attention layer whose cells are a policy "
+                f"(location_policy: ReinforceHardAttention), the decoder has {type(attention).__name__}"
             )
-        self.location_policy = reinforce if location_policy is None else location_policy
+        self.location_policy = can if location_policy is None else location_policy
         self.reward: CiderD | None = None
 
     # -- set-up ---------------------------------------------------------------------------------------
@@ -142,7 +141,20 @@ class SelfCriticalLitModule(CaptionLitModule):
         self.log("train/reward_std", rewards.std(), batch_size=b)
         self.log("train/sample_length", mask.sum(1).mean(), batch_size=b)
         self.log("train/sample_log_prob", (logp * mask).sum(1).mean().detach(), batch_size=b)
+        self._log_diagnostics(output.logits.detach(), tokens, mask, b)
         return loss
+
+    def _log_diagnostics(self, logits: Tensor, tokens: Tensor, mask: Tensor, batch_size: int) -> None:
+        """What limits the policy's progress (docs/faq.md, "SCST gains little"): the share of samples cut at
+        ``sample_max_new_tokens`` before their ``<end>`` (they are scored as cut), and the mean entropy of
+        the word distribution at the sampled steps (nats; it falls as the policy sharpens)."""
+        truncated = ~(tokens == Vocab.end_id).any(1)  # (B·K,): no <end> within the cap
+        logp = torch.log_softmax(logits.float(), -1)  # (B·K, T, V)
+        entropy = -(logp.exp() * logp).sum(-1)  # (B·K, T)
+        self.log("train/sample_truncated", truncated.float().mean(), batch_size=batch_size)
+        self.log(
+            "train/token_entropy", (entropy * mask).sum() / mask.sum().clamp_min(1.0), batch_size=batch_size
+        )
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         self.net.train()

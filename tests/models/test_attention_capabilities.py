@@ -79,13 +79,14 @@ def _decoder(attention) -> LSTMDecoder:
 def test_the_base_class_declares_a_deterministic_soft_layer() -> None:
     soft = AdditiveAttention(feature_dim=5, query_dim=4, attention_dim=6)
     assert (soft.stochastic, soft.samples_per_step, soft.inference_contexts) == (False, 1, ())
-    assert not soft.needs_cell_rewards
+    assert not soft.needs_cell_rewards and not soft.location_policy
     with soft.inference_context("expected"):  # nothing to switch
         pass
     for cls in (ReinforceHardAttention, GumbelHardAttention):
         layer = cls(feature_dim=5, query_dim=4, attention_dim=6)
         assert layer.stochastic and layer.inference_contexts == ("cell", "expected")
         assert layer.samples_per_step == 1
+        assert layer.location_policy == (cls is ReinforceHardAttention)  # Gumbel's cells train by relaxation
     assert ReinforceHardAttention(5, 4, 6, baseline="leave_one_out", num_samples=3).samples_per_step == 3
 
 

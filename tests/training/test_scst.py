@@ -2,6 +2,7 @@
 and a run starts from a cross-entropy checkpoint's weights (refusing another vocabulary)."""
 
 import json
+import math
 import os
 import random
 import re
@@ -89,7 +90,9 @@ def test_scst_starts_from_the_cross_entropy_weights_and_trains_them(tmp_path):
     assert moved  # and the self-critical updates moved them
     (metrics,) = (tmp_path / "scst").rglob("metrics.csv")
     header = metrics.read_text().splitlines()[0].split(",")
-    assert {"train/reward", "train/sample_length"} <= set(header)
+    assert {"train/reward", "train/sample_length", "train/sample_truncated", "train/token_entropy"} <= set(
+        header
+    )
 
 
 def test_init_from_another_vocabulary_is_refused_naming_both(tmp_path):
@@ -161,12 +164,32 @@ def test_scst_trains_reinforce_locations_only_with_the_composed_term(tmp_path, l
     assert ("train/location_log_prob" in header) == location_policy
 
 
+def test_diagnostics_count_samples_cut_before_end_and_the_word_entropy(tmp_path):
+    from captioning.data.vocab import Vocab
+
+    cfg = compose_train([*TINY, "objective=scst", "init_from=null"], tmp_path)
+    module = build_model(cfg.model, load_captioner_vocab())
+    logged: dict[str, float] = {}
+    module.log = lambda name, value, **kwargs: logged.__setitem__(name, float(value))
+    end, pad = Vocab.end_id, Vocab.pad_id
+    tokens = torch.tensor([[5, end, pad], [5, 6, 7], [6, 7, end], [8, 8, 8]])  # samples 2 and 4: cut at 3
+    mask = (tokens != pad).float()  # 11 sampled tokens
+    vocab_size = 10
+    logits = torch.zeros(4, 3, vocab_size)  # uniform: entropy log 10 ...
+    logits[0, 0, 5] = 1e4  # ... except one certain step: entropy 0
+    module._log_diagnostics(logits, tokens, mask, batch_size=2)
+    assert logged["train/sample_truncated"] == pytest.approx(0.5)
+    assert logged["train/token_entropy"] == pytest.approx(10 * math.log(vocab_size) / 11, rel=1e-5)
+
+
 def test_location_policy_is_refused_for_soft_attention(tmp_path):
     cfg = compose_train([*TINY, "objective=scst", "init_from=null", "model.location_policy=true"], tmp_path)
     from hydra.errors import InstantiationException
 
     with pytest.raises(
-        InstantiationException, match="location_policy=true needs a ReinforceHardAttention layer"
+        InstantiationException,
+        match=r"location_policy=true needs an attention layer whose cells are a policy "
+        r"\(location_policy: ReinforceHardAttention\), the decoder has AdditiveAttention",
     ):
         build_model(cfg.model, load_captioner_vocab())
 

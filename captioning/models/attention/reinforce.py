@@ -92,6 +92,8 @@ class ReinforceHardAttention(HardAttention):
     and deep output over exact_cells + 1 cells per step.
     """
 
+    location_policy = True  # its cells are a REINFORCE policy: SCST may train them with the caption's reward
+
     def __init__(
         self,
         feature_dim: int,
