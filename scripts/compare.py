@@ -50,6 +50,7 @@ from captioning.runtime import configure_process  # noqa: E402
 
 MIN_SEEDS = 3  # the issue asks for >= 3 seeds so that a std means something
 SEED_KEY = "seed"
+RUN_KEYS = ("init_from", "ckpt_path")  # where a job starts from or resumes: per job, not a configuration
 COLUMNS = {  # row key -> column title
     "Bleu_1": "BLEU-1",
     "Bleu_2": "BLEU-2",
@@ -158,14 +159,20 @@ def find_jobs(sweep_dir: Path) -> list[dict]:
 
 
 def swept_keys(jobs: list[dict]) -> list[str]:
-    """The override keys whose values are not the same in every job, in the order they were given."""
-    keys = list(dict.fromkeys(k for job in jobs for k in job["overrides"]))
+    """The override keys whose values are not the same in every job, in the order they were given; keys
+    that name a run's inputs or place (``RUN_KEYS``: an SCST job's ``init_from`` is its own XE run) never
+    make a configuration."""
+    keys = list(dict.fromkeys(k for job in jobs for k in job["overrides"] if not is_run_key(k)))
     return [k for k in keys if len({job["overrides"].get(k) for job in jobs}) > 1]
+
+
+def is_run_key(key: str) -> bool:
+    return key in RUN_KEYS or key.startswith("hydra.")
 
 
 def common_overrides(jobs: list[dict], swept: list[str]) -> list[str]:
     first = jobs[0]["overrides"] if jobs else {}
-    return [f"{k}={v}" for k, v in first.items() if k not in swept]
+    return [f"{k}={v}" for k, v in first.items() if k not in swept and not is_run_key(k)]
 
 
 def job_label(job: dict, group_keys: list[str]) -> str:

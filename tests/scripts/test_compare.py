@@ -195,6 +195,20 @@ def test_jobs_are_grouped_by_the_swept_keys_other_than_seed(tmp_path, capsys):
     assert (out / "comparison.png").is_file()
 
 
+def test_scst_jobs_started_from_their_own_xe_runs_group_by_configuration(tmp_path):
+    sweep = tmp_path / "scst"
+    for num, (decoder, seed) in enumerate((d, s) for d in ("a", "b") for s in (0, 1, 2)):
+        overrides = [f"model/decoder={decoder}", f"seed={seed}", f"init_from=/xe/{num}/best.ckpt",
+                     "ckpt_path=auto", f"hydra.run.dir=/scst/{num}", "debug=tiny"]  # fmt: skip
+        fake_job(sweep, num, overrides, 0.1 * num)
+    out = tmp_path / "table"
+    assert compare.main([str(sweep), "--out-dir", str(out), *ARGV]) == 0
+    text = (out / "comparison.md").read_text()
+    rows = table_rows(text)
+    assert list(rows) == ["a", "b"] and rows["a"]["runs"] == rows["b"]["runs"] == "3"
+    assert "Overrides of every job: `debug=tiny`" in text  # init_from is not called common either
+
+
 def test_compare_asks_for_three_seeds(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     for num, (decoder, seed) in enumerate((d, s) for d in ("a", "b") for s in (0, 1)):
