@@ -8,7 +8,8 @@ image: ``JOB/compare/<split>-beam<k>/results.json`` with the job's label and see
 the older ``RUNS/runs/<label>-seed<k>/results.json``), scores every run against the split's references,
 and writes
 ``report.md``, ``report.json`` and ``seeds.png`` to ``--out``:
-- per configuration: BLEU-4 and CIDEr-D, mean ± sample std over seeds with the 95% t interval of the mean,
+- per configuration: BLEU-4 (with and without the brevity penalty: coco-caption applies it, Xu et al.'s
+  BLEU did not) and CIDEr-D, mean ± sample std over seeds with the 95% t interval of the mean,
   on the whole split and on its two halves (even / odd positions of the sorted image ids), so a decoding
   choice made on one half can be reported on the other;
 - per configuration against the baseline: the paired bootstrap interval of the difference (images resampled,
@@ -36,7 +37,8 @@ from captioning.inference.evaluation import build_source  # noqa: E402
 from captioning.metrics.bootstrap import ImageStats, image_stats, mean_ci, paired_bootstrap, pooled  # noqa: E402
 from captioning.metrics.coco import tokenize_captions  # noqa: E402
 
-METRICS = {"Bleu_4": "BLEU-4", "CIDEr": "CIDEr-D"}
+# BLEU-4 as coco-caption computes it, and without its brevity penalty as Xu et al. (2015) report it.
+METRICS = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 without BP", "CIDEr": "CIDEr-D"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -107,7 +109,12 @@ def halves(ids: tuple) -> dict[str, np.ndarray]:
 
 
 def score(stats: ImageStats) -> dict[str, float]:
-    return {"Bleu_4": stats.bleu4(), "CIDEr": float(stats.cider.mean())}
+    return {
+        "Bleu_4": stats.bleu4(),
+        "Bleu_4_nobp": stats.bleu4(brevity=False),
+        "CIDEr": float(stats.cider.mean()),
+        "length_ratio": stats.length_ratio(),
+    }
 
 
 def analyse(
@@ -145,7 +152,7 @@ def analyse(
             if label == baseline:
                 continue
             b = pooled([s.take(rows) for s in seeds.values()])
-            diffs = paired_bootstrap(base_pooled[part], b, resamples=resamples)
+            diffs = paired_bootstrap(base_pooled[part], b, resamples=resamples, metrics=tuple(METRICS))
             base = base_scores[part]
             wins = {
                 m: float(np.mean([scores[i][m] > base[j][m] for i, j in product(scores, base)]))
@@ -178,11 +185,23 @@ def markdown(report: dict, missing: list[str], command: str) -> str:
         "| configuration | seeds | "
         + " | ".join(f"{n} ({p})" for n in METRICS.values() for p in ("all", "even", "odd"))
         + " |",
-        "|---|---|" + "---|" * 6,
+        "|---|---|" + "---|" * (3 * len(METRICS)),
     ]
     for label, e in report["configs"].items():
         cells = [fmt(e["summary"][p][m], 100) for m in METRICS for p in ("all", "even", "odd")]
         lines.append(f"| {label} | {len(e['seeds'])} | " + " | ".join(cells) + " |")
+    ratios = {
+        label: np.mean([v["length_ratio"] for v in e["per_seed"]["all"].values()])
+        for label, e in report["configs"].items()
+    }
+    lines += [
+        "",
+        "Length ratio c / r (the captions' summed length over the closest references'; BLEU's brevity "
+        "penalty exp(1 − r/c) applies below 1), mean over seeds: "
+        + ", ".join(f"{label} {r:.3f}" for label, r in ratios.items())
+        + ". Without BP a configuration whose captions are shorter loses nothing for it, which is how "
+        "Xu et al. computed BLEU.",
+    ]
     lines += [
         "",
         f"Difference from `{base}` (seeds pooled per image; paired bootstrap over images, "

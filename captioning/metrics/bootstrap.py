@@ -11,7 +11,9 @@ corpus score of any resample is rebuilt exactly:
 - BLEU-4 (Papineni et al. 2002, as pycocoevalcap computes it: brevity against the closest reference
   length): per image the hypothesis length, the chosen reference length, and for n = 1..4 the clipped
   matches and the n-gram count. Corpus BLEU-4 = BP · (Π_n Σmatches_n / Σcount_n)^(1/4), with
-  BP = exp(1 - r/c) when c < r (c, r: summed hypothesis and reference lengths).
+  BP = exp(1 - r/c) when c < r (c, r: summed hypothesis and reference lengths). ``Bleu_4_nobp`` is the
+  same without BP, as Xu et al. (2015) report BLEU (their Table 1 footnote): it cannot punish captions
+  shorter than the references, so it favours systems that write short captions.
 - CIDEr-D (Vedantam et al. 2015): a mean of per-image scores, with the document frequencies of the whole
   reference set (held fixed under resampling: the standard, slightly conservative choice).
 
@@ -30,6 +32,7 @@ from pycocoevalcap.bleu.bleu_scorer import BleuScorer
 from pycocoevalcap.cider.cider import Cider
 
 _TINY, _SMALL = 1e-15, 1e-9  # pycocoevalcap's guards against empty counts (bleu_scorer.py)
+BOOTSTRAP_METRICS = ("Bleu_4", "Bleu_4_nobp", "CIDEr")  # what paired_bootstrap can resample
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,15 @@ class ImageStats:
     counts: np.ndarray  # (N, 4) n-grams in the hypothesis
     cider: np.ndarray  # (N,) CIDEr-D of each image (toolkit scale: 0-10)
 
-    def bleu4(self, index: np.ndarray | None = None) -> float:
-        """Corpus BLEU-4 of the images at ``index`` (all when None; repeats count, as in a resample)."""
-        return float(_bleu4(*(a if index is None else a[index] for a in self._bleu_arrays()))[0])
+    def bleu4(self, index: np.ndarray | None = None, brevity: bool = True) -> float:
+        """Corpus BLEU-4 of the images at ``index`` (all when None; repeats count, as in a resample);
+        ``brevity=False``: without the brevity penalty (Xu et al.'s BLEU)."""
+        arrays = (a if index is None else a[index] for a in self._bleu_arrays())
+        return float(_bleu4(*arrays, brevity=brevity)[0])
+
+    def length_ratio(self) -> float:
+        """c / r: the hypotheses' summed length over the closest references' (BP < 1 below 1)."""
+        return float(self.hyp_len.sum() / max(self.ref_len.sum(), _SMALL))
 
     def _bleu_arrays(self) -> tuple[np.ndarray, ...]:
         return self.hyp_len, self.ref_len, self.matches, self.counts
@@ -58,11 +67,15 @@ class ImageStats:
         )
 
 
-def _bleu4(hyp_len: np.ndarray, ref_len: np.ndarray, matches: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def _bleu4(
+    hyp_len: np.ndarray, ref_len: np.ndarray, matches: np.ndarray, counts: np.ndarray, brevity: bool = True
+) -> np.ndarray:
     """Corpus BLEU-4 from statistics summed over the image axis -2 (leading axes: resamples)."""
     c, r = hyp_len.sum(-1), ref_len.sum(-1)  # (...,)
     precisions = (matches.sum(-2) + _TINY) / (counts.sum(-2) + _SMALL)  # (..., 4)
     bleu = np.prod(precisions, axis=-1) ** 0.25  # geometric mean of p_1..p_4
+    if not brevity:
+        return np.atleast_1d(bleu)
     ratio = (c + _TINY) / (r + _SMALL)
     brevity = np.where(ratio < 1, np.exp(1 - 1 / np.maximum(ratio, _TINY)), 1.0)
     return np.atleast_1d(bleu * brevity)
@@ -124,8 +137,15 @@ def paired_bootstrap(
     resamples: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    metrics: Sequence[str] = ("Bleu_4", "CIDEr"),
 ) -> dict[str, Difference]:
-    """Bootstrap intervals of ``b - a`` for BLEU-4 and CIDEr-D, resampling the images (paired)."""
+    """Bootstrap intervals of ``b - a`` for ``metrics`` (of ``BOOTSTRAP_METRICS``), resampling the images
+    (paired)."""
+    unknown = [m for m in metrics if m not in BOOTSTRAP_METRICS]
+    if unknown:
+        raise ValueError(
+            f"paired_bootstrap: unknown metric {unknown[0]!r}; expected {', '.join(BOOTSTRAP_METRICS)}"
+        )
     if resamples < 100:
         raise ValueError(f"resamples={resamples}: expected >= 100 for a percentile interval")
     if not 0 < confidence < 1:
@@ -135,11 +155,12 @@ def paired_bootstrap(
     index = np.random.default_rng(seed).integers(0, n, size=(resamples, n))  # (R, N) image draws
     tail = (1 - confidence) / 2 * 100
     out = {}
-    for metric in ("Bleu_4", "CIDEr"):
-        if metric == "Bleu_4":
-            full = a.bleu4(), b.bleu4()
-            sa = _bleu4(*(x[index] for x in a._bleu_arrays()))  # (R,)
-            sb = _bleu4(*(x[index] for x in b._bleu_arrays()))
+    for metric in metrics:
+        if metric in ("Bleu_4", "Bleu_4_nobp"):
+            brevity = metric == "Bleu_4"
+            full = a.bleu4(brevity=brevity), b.bleu4(brevity=brevity)
+            sa = _bleu4(*(x[index] for x in a._bleu_arrays()), brevity=brevity)  # (R,)
+            sb = _bleu4(*(x[index] for x in b._bleu_arrays()), brevity=brevity)
         else:
             full = float(a.cider.mean()), float(b.cider.mean())
             sa, sb = a.cider[index].mean(-1), b.cider[index].mean(-1)  # (R,)

@@ -3,6 +3,8 @@ pycocoevalcap's own corpus scores."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from pycocoevalcap.bleu.bleu import Bleu
@@ -53,6 +55,28 @@ def test_full_set_scores_equal_the_toolkit():
     assert stats.bleu4() == pytest.approx(bleu[3], rel=1e-12)
     assert stats.cider.mean() == pytest.approx(cider, rel=1e-12)
     np.testing.assert_allclose(stats.cider, per_image)
+
+
+def test_bleu_without_brevity_penalty_is_the_toolkits_bleu_divided_by_its_penalty():
+    from pycocoevalcap.bleu.bleu_scorer import BleuScorer
+
+    refs, good, bad = corpus(2)
+    for system, short in ((bad, True), (good, False)):
+        scorer = BleuScorer(n=4)
+        for i, caption in system.items():
+            scorer += (caption, refs[i])
+        bleu, _ = scorer.compute_score(option="closest")
+        ratio = scorer._testlen / scorer._reflen  # the toolkit's own lengths
+        penalty = math.exp(1 - 1 / ratio) if ratio < 1 else 1.0
+        stats = image_stats(refs, system)
+        assert stats.length_ratio() == pytest.approx(ratio, rel=1e-12)
+        assert (ratio < 1) == short  # "bad" keeps 4 words of a reference: far shorter
+        assert stats.bleu4(brevity=False) == pytest.approx(bleu[3] / penalty, rel=1e-9)
+    d = paired_bootstrap(image_stats(refs, good), image_stats(refs, bad), resamples=200,
+                         metrics=("Bleu_4", "Bleu_4_nobp"))  # fmt: skip
+    assert d["Bleu_4_nobp"].delta > d["Bleu_4"].delta  # dropping BP forgives the short system
+    with pytest.raises(ValueError, match="unknown metric 'METEOR'"):
+        paired_bootstrap(image_stats(refs, good), image_stats(refs, bad), metrics=("METEOR",))
 
 
 def test_resample_bleu_is_the_toolkit_on_the_resampled_corpus():

@@ -56,6 +56,11 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
         pooled([stats(c) for c in good]), pooled([stats(c) for c in bad]), resamples=200
     )
     got = report["configs"]["hard"]["vs_baseline"]["all"]
+    expected_nobp = paired_bootstrap(
+        pooled([stats(c) for c in good]), pooled([stats(c) for c in bad]), resamples=200,
+        metrics=("Bleu_4_nobp",),
+    )["Bleu_4_nobp"]  # fmt: skip
+    assert got["Bleu_4_nobp"]["delta"] == pytest.approx(expected_nobp.delta)
     for m in ("Bleu_4", "CIDEr"):
         assert got[m]["delta"] == pytest.approx(expected[m].delta)
         assert got[m]["high"] < 0 and got[m]["significant"] and got[m]["seed_pair_wins"] == 0
@@ -63,6 +68,9 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
     assert set(halves) == {"all", "even", "odd"}
     md = (out / "report.md").read_text()
     assert "hard-seed2" in md and "| hard | 2 |" in md and (out / "seeds.png").stat().st_size > 1000
+    assert "BLEU-4 without BP (all)" in md and "Length ratio c / r" in md
+    ratio = report["configs"]["hard"]["per_seed"]["all"]["0"]["length_ratio"]  # JSON: seeds as text
+    assert ratio == pytest.approx(stats(bad[0]).length_ratio()) and ratio < 1  # truncated captions
 
 
 def test_missing_baseline_and_empty_folder_are_one_line(tmp_path, refs):
