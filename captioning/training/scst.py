@@ -77,7 +77,7 @@ class SelfCriticalLitModule(CaptionLitModule):
         self.num_samples = num_samples
         self.sample_temperature, self.sample_max_new_tokens = sample_temperature, sample_max_new_tokens
         attention = getattr(self.net.decoder, "attention", None)
-        can = bool(getattr(attention, "location_policy", False))  # a decoder without attention layer: no
+        can = attention is not None and attention.location_policy  # what the layer declares (AttentionLayer)
         if location_policy and not can:
             raise ValueError(
                 "objective scst: location_policy=true needs an attention layer whose cells are a policy "
