@@ -38,12 +38,14 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour scene_accuracy (a script too)
 from scene_accuracy import measure as scene_measure  # noqa: E402
 
 from captioning import Captioner  # noqa: E402
+from captioning.decoding.config import GenerationConfig  # noqa: E402
 from captioning.inference.evaluation import build_source, evaluate_checkpoint, write_evaluation  # noqa: E402
 from captioning.metrics.coco import METRICS  # noqa: E402
 from captioning.runtime import configure_process  # noqa: E402
@@ -86,6 +88,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--split", default="test", choices=("val", "test"), help="evaluation split")
     parser.add_argument("--num-beams", type=int, default=3, help="beam size of the evaluation (default: 3)")
     parser.add_argument(
+        "--decoding", action="append", default=[], metavar="NAME=VALUE",
+        help="a further decoding option of every evaluation (repeatable), e.g. length_penalty=0.5, "
+        "no_repeat_ngram_size=3, hard_attention=expected; each setting has its own JOB/compare/ folder",
+    )  # fmt: skip
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="KEY=VALUE",
+        help="evaluate only the jobs with this override (repeatable), e.g. experiment=flickr8k_hard_reinforce "
+        "for a reading only some decoders take (hard_attention=expected)",
+    )  # fmt: skip
+    parser.add_argument(
         "--tokenizer",
         default="ptb",
         choices=("ptb", "simple"),
@@ -109,6 +121,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     args = parser.parse_args(argv)
     args.metrics = tuple(m for m in args.metrics.split(",") if m.strip())
+    try:
+        args.decoding = decoding_options(args.decoding)
+        args.only = dict(pair(text, "--only") for text in args.only)
+    except ValueError as err:
+        parser.error(str(err))
     if args.replot is None and args.sweep_dir is None:
         parser.error("give a sweep folder (captioning-train -m ... hydra.sweep.dir) or --replot RESULTS_JSON")
     if args.sweep_dir is not None and not args.sweep_dir.is_dir():
@@ -119,6 +136,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # --------------------------------------------------------------------------------------------- the jobs
+
+
+def pair(text: str, flag: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise ValueError(f"{flag} {text!r}: expected NAME=VALUE")
+    return name, value
+
+
+def decoding_options(texts: list[str]) -> dict:
+    """``["length_penalty=0.5"]`` -> ``{"length_penalty": 0.5}`` (YAML values), checked as decoding options."""
+    options = {name: yaml.safe_load(value) for name, value in (pair(t, "--decoding") for t in texts)}
+    if "num_beams" in options:
+        raise ValueError("--decoding num_beams=...: give the beam size with --num-beams")
+    GenerationConfig.from_dict(options, where="--decoding").replace(**options)  # unknown names, bad values
+    return dict(sorted(options.items()))
+
+
+def setting_name(args: argparse.Namespace) -> str:
+    """The evaluation's folder under JOB/compare/: ``val-beam5``, ``val-beam5-length_penalty=0.5``, ..."""
+    return "-".join([f"{args.split}-beam{args.num_beams}", *(f"{k}={v}" for k, v in args.decoding.items())])
 
 
 def parse_override(text: str) -> tuple[str, str]:
@@ -223,6 +261,7 @@ def eval_settings(args: argparse.Namespace) -> dict:
     return {
         "split": args.split,
         "num_beams": args.num_beams,
+        "decoding": args.decoding,
         "tokenizer": args.tokenizer,
         "metrics": list(args.metrics),
         "alt_scenes": args.alt_scenes,
@@ -231,7 +270,7 @@ def eval_settings(args: argparse.Namespace) -> dict:
 
 def evaluate_job(job: dict, label: str, args: argparse.Namespace) -> dict:
     """The job's row: its best checkpoint scored on ``args.split`` (reused from JOB/compare/ when there)."""
-    out = job["dir"] / "compare" / f"{args.split}-beam{args.num_beams}"
+    out = job["dir"] / "compare" / setting_name(args)
     cached = out / "row.json"
     settings = eval_settings(args)
     summary = job["summary"]
@@ -251,7 +290,7 @@ def evaluate_job(job: dict, label: str, args: argparse.Namespace) -> dict:
             str(checkpoint),
             build_source(cfg.data, args.split),
             data_name=f"{job['choices'].get('data', 'data')}/{args.split}",
-            decoding={"num_beams": args.num_beams},
+            decoding={"num_beams": args.num_beams, **args.decoding},
             tokenizer=args.tokenizer,
             metrics=args.metrics,
             cache_dir=cfg.paths.cache,
@@ -314,6 +353,9 @@ def aggregate(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     args.launcher = str(launcher.get("_target_", "")).rsplit(".", 1)[-1]
     args.jobs = int(launcher.get("n_jobs") or 1) if "n_jobs" in launcher else 1
     finished = [job for job in jobs if job["summary"] is not None]
+    finished = [j for j in finished if all(j["overrides"].get(k) == v for k, v in args.only.items())]
+    if args.only and not finished:
+        raise SystemExit(f"compare.py: no finished job has the overrides --only {args.only}")
     labelled = [(job_label(job, group_keys), job) for job in finished]
     labels = list(dict.fromkeys(label for label, _ in labelled))
     few = [f"{x} ({n})" for x in labels if (n := sum(lab == x for lab, _ in labelled)) < MIN_SEEDS]
@@ -357,7 +399,8 @@ def markdown(rows: list[dict], summary: dict, args: argparse.Namespace) -> str:
         f"{len(rows)} runs of the sweep {args.sweep_name}: {len(summary)} configurations "
         f"({', '.join(k for k in args.swept if k != SEED_KEY) or 'one'}) x seeds {args.seeds}; evaluated on "
         f"{first['num_images']} images of the {args.split} split, beam {first['decoding']['num_beams']}, "
-        f"max new tokens {first['decoding']['max_new_tokens']}, {first['tokenizer']} tokenizer. Scores are "
+        + "".join(f"{k} {v}, " for k, v in args.decoding.items())
+        + f"max new tokens {first['decoding']['max_new_tokens']}, {first['tokenizer']} tokenizer. Scores are "
         "pycocoevalcap's on the 0-1 scale (papers print x100); mean ± sample std over seeds.",
     ]
     if "grounding" in columns:

@@ -16,6 +16,13 @@ and writes
   seeds pooled per image: captioning.metrics.bootstrap) and the fraction of (seed, baseline seed) pairs in
   which the configuration scores higher;
 - a run directory without results.json is listed as failed or unfinished, never dropped silently.
+
+One decoding for every model, chosen on one half: when the jobs were evaluated at several settings
+(``compare.py --num-beams 3`` / ``5``, ``--decoding length_penalty=0.5``, ...: one ``JOB/compare/<setting>/``
+each), the setting with the highest mean CIDEr-D over *all* runs on the even half is chosen (``--setting``
+names one instead) and the report is made at it; the odd half is the held-out reading. A setting only some
+configurations have (``compare.py --only experiment=flickr8k_hard_reinforce --decoding hard_attention=expected``)
+is reported as an extra configuration, ``<label> @ <setting>``, against the baseline at the chosen setting.
 """
 
 from __future__ import annotations
@@ -51,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--baseline", default="flickr8k_soft", help="the label the others are compared with")
     p.add_argument("--tokenizer", default="ptb", choices=("ptb", "simple"))
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default: %(default)s)")
+    p.add_argument(
+        "--setting", default=None, help="report at this JOB/compare/ setting instead of choosing one"
+    )
     p.add_argument("--out", type=Path, required=True, help="folder for report.md, report.json, seeds.png")
     p.add_argument(
         "overrides", nargs="*", help="Hydra overrides for the data config, e.g. data.val.num_images=50"
@@ -58,13 +68,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_intermixed_args(argv)
 
 
-def find_runs(root: Path) -> tuple[dict[str, dict[int, Path]], list[str]]:
-    """label -> seed -> results.json (one caption per image), and the runs that have none.
+def find_runs(root: Path) -> tuple[dict[str, dict[int, dict[str, Path]]], list[str]]:
+    """label -> seed -> setting -> results.json (one caption per image), and the runs that have none.
 
     Two layouts: a sweep aggregated by ``scripts/compare.py`` (``JOB/compare/<split>-beam<k>/row.json``
     names the job's label and seed, results.json beside it; a job folder with ``.hydra/`` but no row.json is
     unfinished) and the older ``runs/<label>-seed<k>/results.json``."""
-    runs: dict[str, dict[int, Path]] = {}
+    runs: dict[str, dict[int, dict[str, Path]]] = {}
     missing: list[str] = []
     if not root.is_dir():
         raise SystemExit(f"error: {root} is not a folder: expected a sweep or a comparison folder")
@@ -72,7 +82,8 @@ def find_runs(root: Path) -> tuple[dict[str, dict[int, Path]], list[str]]:
         row = json.loads(row_file.read_text())
         results = row_file.with_name("results.json")
         if results.is_file():
-            runs.setdefault(str(row["label"]), {})[int(row["seed"])] = results
+            seeds = runs.setdefault(str(row["label"]), {})
+            seeds.setdefault(int(row["seed"]), {})[row_file.parent.name] = results
     if runs:
         evaluated = {p.parent.parent.parent for p in root.rglob("compare/*/row.json")}
         missing = sorted(
@@ -90,7 +101,7 @@ def find_runs(root: Path) -> tuple[dict[str, dict[int, Path]], list[str]]:
             continue
         results = run / "results.json"
         if results.is_file():
-            runs.setdefault(label, {})[int(seed)] = results
+            runs.setdefault(label, {})[int(seed)] = {"runs": results}
         else:
             missing.append(run.name)
     return runs, missing
@@ -106,6 +117,56 @@ def halves(ids: tuple) -> dict[str, np.ndarray]:
     """Row indices of the whole split and of its even / odd halves by sorted image id."""
     order = sorted(range(len(ids)), key=lambda k: str(ids[k]))
     return {"all": np.arange(len(ids)), "even": np.array(order[0::2]), "odd": np.array(order[1::2])}
+
+
+def run_stats(path: Path, refs_tok: dict, tokenizer: str) -> ImageStats:
+    """A results.json's per-image statistics against the tokenised references (a missing image: "")."""
+    captions = {r["image_id"]: r["caption"] for r in json.loads(path.read_text())}
+    # ids are ints in the results file and may be ints or strings in the source: match as text
+    by_text = {str(k): v for k, v in captions.items()}
+    hyps = {k: [by_text.get(str(k), "")] for k in refs_tok}
+    hyps_tok = {k: v[0] for k, v in tokenize_captions(hyps, tokenizer).items()}
+    return image_stats(refs_tok, hyps_tok)
+
+
+def choose_setting(runs: dict, refs: dict, tokenizer: str, forced: str | None) -> tuple[str, dict]:
+    """The setting every run has with the best mean CIDEr-D over all runs on the even half (or ``forced``),
+    and every candidate's even-half means."""
+    common = set.intersection(*(set(by) for seeds in runs.values() for by in seeds.values()))
+    if forced is not None:
+        if forced not in common:
+            raise SystemExit(
+                f"error: --setting {forced!r} is not evaluated for every run; have: {sorted(common)}"
+            )
+        return forced, {}
+    if not common:
+        raise SystemExit(
+            "error: no evaluation setting is shared by every run (run compare.py at one setting)"
+        )
+    if len(common) == 1:
+        return next(iter(common)), {}
+    refs_tok = tokenize_captions(refs, tokenizer)
+    candidates = {}
+    for setting in sorted(common):
+        stats = [
+            run_stats(by[setting], refs_tok, tokenizer) for seeds in runs.values() for by in seeds.values()
+        ]
+        even = halves(stats[0].ids)["even"]
+        scores = [score(s.take(even)) for s in stats]
+        candidates[setting] = {m: float(np.mean([x[m] for x in scores])) for m in ("CIDEr", "Bleu_4")}
+    return max(candidates, key=lambda k: candidates[k]["CIDEr"]), candidates
+
+
+def at_setting(runs: dict, chosen: str) -> dict[str, dict[int, Path]]:
+    """label -> seed -> results.json at the chosen setting, plus ``<label> @ <setting>`` for each setting
+    that only some configurations have (on every one of their seeds)."""
+    out = {label: {seed: by[chosen] for seed, by in seeds.items()} for label, seeds in runs.items()}
+    for label, seeds in runs.items():
+        extra = set.intersection(*(set(by) for by in seeds.values())) - {chosen}
+        for setting in sorted(extra):
+            if not all(setting in by for s in runs.values() for by in s.values()):
+                out[f"{label} @ {setting}"] = {seed: by[setting] for seed, by in seeds.items()}
+    return out
 
 
 def score(stats: ImageStats) -> dict[str, float]:
@@ -127,12 +188,7 @@ def analyse(
     for label, seeds in runs.items():
         stats[label] = {}
         for seed, path in sorted(seeds.items()):
-            captions = {r["image_id"]: r["caption"] for r in json.loads(path.read_text())}
-            # ids are ints in the results file and may be ints or strings in the source: match as text
-            by_text = {str(k): v for k, v in captions.items()}
-            hyps = {k: [by_text.get(str(k), "")] for k in refs_tok}
-            hyps_tok = {k: v[0] for k, v in tokenize_captions(hyps, tokenizer).items()}
-            stats[label][seed] = image_stats(refs_tok, hyps_tok)
+            stats[label][seed] = run_stats(path, refs_tok, tokenizer)
     parts = halves(next(iter(stats[baseline].values())).ids)
     # the baseline's per-seed scores and its seeds pooled, once per part (every configuration meets them)
     base_scores = {
@@ -171,6 +227,23 @@ def fmt(stat: dict, scale: float) -> str:
     return f"{mean:.2f}" if np.isnan(std) else f"{mean:.2f} ± {std:.2f} (±{ci:.2f})"
 
 
+def setting_lines(setting: dict) -> list[str]:
+    """The decoding the table is at, and how it was chosen."""
+    if not setting["candidates"]:
+        return [f"Decoding: `{setting['chosen']}` (the one evaluated setting, or given by --setting).", ""]
+    lines = [
+        f"Decoding: `{setting['chosen']}`, chosen once for every model as the highest mean CIDEr-D over all "
+        "runs on the even half; the odd half is the held-out reading.",
+        "",
+        "| setting | mean CIDEr-D, even half | mean BLEU-4, even half |",
+        "|---|---|---|",
+    ]
+    for name, c in setting["candidates"].items():
+        mark = " (chosen)" if name == setting["chosen"] else ""
+        lines.append(f"| `{name}`{mark} | {100 * c['CIDEr']:.2f} | {100 * c['Bleu_4']:.2f} |")
+    return [*lines, ""]
+
+
 def markdown(report: dict, missing: list[str], command: str) -> str:
     base = report["baseline"]
     lines = [
@@ -182,6 +255,7 @@ def markdown(report: dict, missing: list[str], command: str) -> str:
         "seeds (± half-width of the 95% t interval of the mean). Halves: even / odd positions of the sorted "
         "image ids.",
         "",
+        *setting_lines(report["setting"]),
         "| configuration | seeds | "
         + " | ".join(f"{n} ({p})" for n in METRICS.values() for p in ("all", "even", "odd"))
         + " |",
@@ -248,7 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         raise SystemExit(f"error: no finished run (results.json) under {args.runs / 'runs'}")
     refs = references(args.data, args.split, args.overrides)
-    report = analyse(runs, refs, args.baseline, args.tokenizer, args.resamples)
+    chosen, candidates = choose_setting(runs, refs, args.tokenizer, args.setting)
+    report = analyse(at_setting(runs, chosen), refs, args.baseline, args.tokenizer, args.resamples)
+    report["setting"] = {
+        "chosen": chosen,
+        "chosen_on": "even" if candidates else None,
+        "candidates": candidates,
+    }
     report["failed_or_unfinished"] = missing
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python scripts/soft_vs_hard.py " + " ".join(argv if argv is not None else sys.argv[1:])

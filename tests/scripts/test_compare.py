@@ -209,6 +209,29 @@ def test_scst_jobs_started_from_their_own_xe_runs_group_by_configuration(tmp_pat
     assert "Overrides of every job: `debug=tiny`" in text  # init_from is not called common either
 
 
+def test_decoding_settings_have_their_own_folders_and_only_filters_jobs(tmp_path, capsys):
+    args = compare.parse_args([str(tmp_path), "--split", "val", "--num-beams", "5", "--decoding",
+                               "no_repeat_ngram_size=3", "--decoding", "length_penalty=0.5"])  # fmt: skip
+    assert args.decoding == {"length_penalty": 0.5, "no_repeat_ngram_size": 3}  # typed, in name order
+    assert compare.setting_name(args) == "val-beam5-length_penalty=0.5-no_repeat_ngram_size=3"
+    assert (
+        compare.eval_settings(args)["decoding"] == args.decoding
+    )  # a cached row at another setting is not reused
+    for bad, message in (("bogus=1", "unknown decoding option 'bogus'"), ("num_beams=3", "--num-beams"),
+                         ("length_penalty", "expected NAME=VALUE")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            compare.parse_args([str(tmp_path), "--decoding", bad])
+        assert message in capsys.readouterr().err
+    sweep = tmp_path / "sweep"
+    for num, (decoder, seed) in enumerate((d, s) for d in ("a", "b") for s in (0, 1, 2)):
+        fake_job(sweep, num, [f"model/decoder={decoder}", f"seed={seed}"], 0.1 * num)
+    out = tmp_path / "table"
+    assert compare.main([str(sweep), "--out-dir", str(out), "--only", "model/decoder=b", *ARGV]) == 0
+    assert list(table_rows((out / "comparison.md").read_text())) == ["b"]
+    with pytest.raises(SystemExit, match="no finished job has the overrides"):
+        compare.main([str(sweep), "--out-dir", str(out), "--only", "model/decoder=c", *ARGV])
+
+
 def test_compare_asks_for_three_seeds(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     for num, (decoder, seed) in enumerate((d, s) for d in ("a", "b") for s in (0, 1)):

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
@@ -106,3 +107,51 @@ def test_a_sweep_aggregated_by_compare_is_read_by_its_rows(tmp_path, refs):
     report = json.loads((out / "report.json").read_text())
     assert report["failed_or_unfinished"] == ["4"]
     assert report["configs"]["hard"]["vs_baseline"]["all"]["CIDEr"]["delta"] < 0
+
+
+def write_evaluation(sweep: Path, job: int, setting: str, label: str, seed: int, captions: dict) -> None:
+    out = sweep / str(job) / "compare" / setting
+    out.mkdir(parents=True)
+    (sweep / str(job) / ".hydra").mkdir(exist_ok=True)
+    (out / "row.json").write_text(json.dumps({"label": label, "seed": seed}))
+    (out / "results.json").write_text(
+        json.dumps([{"image_id": k, "caption": c} for k, c in captions.items()])
+    )
+
+
+def test_one_decoding_is_chosen_for_every_model_on_the_even_half(tmp_path, refs):
+    """Two settings for every run: the one with the higher mean CIDEr-D over all runs on the even half wins,
+    whatever one model prefers; a setting only the hard runs have is an extra configuration."""
+    sweep = tmp_path / "sweep"
+    even = set(np.array(sorted(refs, key=str))[0::2].tolist())
+    for job, (label, seed) in enumerate([("soft", 0), ("soft", 1), ("hard", 0), ("hard", 1)]):
+        full = {k: refs[k][seed] for k in refs}  # a reference: near perfect
+        short = {k: " ".join(refs[k][seed].split()[:3]) for k in refs}
+        # beam5 is better on the even half for every run; soft alone is better at beam3 on the odd half
+        write_evaluation(
+            sweep, job, "val-beam5", label, seed, {k: full[k] if k in even else short[k] for k in refs}
+        )
+        beam3 = {k: short[k] if k in even else full[k] for k in refs} if label == "soft" else short
+        write_evaluation(sweep, job, "val-beam3", label, seed, beam3)
+        if label == "hard":
+            write_evaluation(sweep, job, "val-beam5-hard_attention=expected", label, seed, full)
+    out = tmp_path / "out"
+    argv = [str(sweep), "--data", "synthetic", "--baseline", "soft", "--tokenizer", "simple", "--resamples", "100",
+            "--out", str(out), f"data.val.num_images={N}"]  # fmt: skip
+    assert soft_vs_hard.main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["setting"]["chosen"] == "val-beam5" and report["setting"]["chosen_on"] == "even"
+    cands = report["setting"]["candidates"]
+    assert (
+        set(cands) == {"val-beam3", "val-beam5"} and cands["val-beam5"]["CIDEr"] > cands["val-beam3"]["CIDEr"]
+    )
+    assert set(report["configs"]) == {"soft", "hard", "hard @ val-beam5-hard_attention=expected"}
+    md = (out / "report.md").read_text()
+    assert "Decoding: `val-beam5`, chosen once for every model" in md and "| `val-beam5` (chosen) |" in md
+    # --setting overrides the choice; a setting not every run has is refused in one line
+    assert soft_vs_hard.main([*argv, "--setting", "val-beam3"]) == 0
+    assert json.loads((out / "report.json").read_text())["setting"] == {
+        "chosen": "val-beam3", "chosen_on": None, "candidates": {}
+    }  # fmt: skip
+    with pytest.raises(SystemExit, match="--setting 'val-beam5-hard_attention=expected' is not evaluated"):
+        soft_vs_hard.main([*argv, "--setting", "val-beam5-hard_attention=expected"])
