@@ -292,9 +292,33 @@ def markdown(report: dict, missing: list[str], command: str) -> str:
                     f"[{100 * d['low']:+.2f}, {100 * d['high']:+.2f}] | {'yes' if d['significant'] else 'no'} | "
                     f"{d['seed_pair_wins']:.2f} |"
                 )
+    lines += ["", *verdict_lines(report)]
     if missing:
         lines += ["", "Failed or unfinished (no results.json): " + ", ".join(missing)]
     return "\n".join(lines) + "\n"
+
+
+def verdict_lines(report: dict) -> list[str]:
+    """Which differences from the baseline are significant, read where the decoding was not chosen: the odd
+    half when it was chosen on the even one, else the whole split."""
+    part = "odd" if report["setting"]["candidates"] else "all"
+    where = "the held-out odd half" if part == "odd" else "the whole split"
+    lines = [f"Read on {where} (95% paired bootstrap interval; significant = it excludes 0):", ""]
+    for label, e in report["configs"].items():
+        diffs = e["vs_baseline"].get(part)
+        if not diffs:
+            continue
+        said = []
+        for m, d in diffs.items():
+            if d["significant"]:
+                side = "above" if d["delta"] > 0 else "below"
+                said.append(
+                    f"{side} on {METRICS[m]} ({100 * d['delta']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}])"
+                )
+            else:
+                said.append(f"not different on {METRICS[m]}")
+        lines.append(f"- {label} against {report['baseline']}: " + "; ".join(said) + ".")
+    return lines
 
 
 def chart(report: dict, path: Path) -> None:

@@ -70,6 +70,10 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
     md = (out / "report.md").read_text()
     assert "hard-seed2" in md and "| hard | 2 |" in md and (out / "seeds.png").stat().st_size > 1000
     assert "BLEU-4 without BP (all)" in md and "Length ratio c / r" in md
+    d = got["CIDEr"]  # one setting: the verdict is read on the whole split
+    assert "Read on the whole split" in md
+    assert f"- hard against soft: below on BLEU-4 ({100 * got['Bleu_4']['delta']:+.2f}" in md
+    assert f"below on CIDEr-D ({100 * d['delta']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}])" in md
     ratio = report["configs"]["hard"]["per_seed"]["all"]["0"]["length_ratio"]  # JSON: seeds as text
     assert ratio == pytest.approx(stats(bad[0]).length_ratio()) and ratio < 1  # truncated captions
 
@@ -148,6 +152,7 @@ def test_one_decoding_is_chosen_for_every_model_on_the_even_half(tmp_path, refs)
     assert set(report["configs"]) == {"soft", "hard", "hard @ val-beam5-hard_attention=expected"}
     md = (out / "report.md").read_text()
     assert "Decoding: `val-beam5`, chosen once for every model" in md and "| `val-beam5` (chosen) |" in md
+    assert "Read on the held-out odd half" in md
     # --setting overrides the choice; a setting not every run has is refused in one line
     assert soft_vs_hard.main([*argv, "--setting", "val-beam3"]) == 0
     assert json.loads((out / "report.json").read_text())["setting"] == {
