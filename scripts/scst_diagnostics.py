@@ -41,6 +41,7 @@ from captioning.data.vocab import Vocab
 from captioning.decoding import generate
 from captioning.inference.evaluation import build_source, frozen_feature_cache, model_inputs
 from captioning.metrics.cider import CiderD
+from captioning.training.scst import cut_before_end, scst_reward, teacher_forced_inputs, word_entropy
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,11 +64,6 @@ def spread(n: int, count: int) -> list[int]:
     if count >= n:
         return list(range(n))
     return [int(i * n / count) for i in range(count)]
-
-
-def split_reward(source) -> CiderD:
-    """CIDEr-D over the split's own references, tokenised as SCST's reward tokenises them."""
-    return CiderD([[" ".join(tokenize(c)) for c in source.captions(i)] for i in range(len(source))])
 
 
 @torch.no_grad()
@@ -106,14 +102,13 @@ def diagnose(
             captions = [" ".join(w) for w in words]
             out[f"{name}_reward"].append(reward.scores(captions, [int(i) for i in images]) * 100)
             out[f"{name}_words"].append(np.array([len(w) for w in words]))
-            out[f"{name}_cut"].append(~(result.tokens == Vocab.end_id).any(1).numpy())  # no <end> in the cap
+            out[f"{name}_cut"].append(cut_before_end(result.tokens).numpy())  # no <end> in the cap
             if name == "greedy":
                 out["greedy_captions"].extend(captions)
         # The word distribution along each sample, teacher-forced (the pass SCST's gradient goes through).
         tokens = sampled.tokens
-        inputs_ = torch.cat([torch.full_like(tokens[:, :1], Vocab.start_id), tokens[:, :-1]], 1)  # (B·K, T)
-        logp = torch.log_softmax(model.net.decoder(grids.repeat_interleave(k, 0), inputs_).logits.float(), -1)
-        entropy = -(logp.exp() * logp).sum(-1)  # (B·K, T) nats
+        logits = model.net.decoder(grids.repeat_interleave(k, 0), teacher_forced_inputs(tokens)).logits
+        entropy = word_entropy(torch.log_softmax(logits.float(), -1))  # (B·K, T) nats
         mask = (tokens != Vocab.pad_id).float()
         out["sample_entropy"].append(((entropy * mask).sum(1) / mask.sum(1).clamp_min(1)).numpy())
     arrays = {key: (np.concatenate(v) if key != "greedy_captions" else v) for key, v in out.items()}
@@ -206,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for split in ("train", "val"):
         source = build_source(data_cfg, split)
-        reward = split_reward(source)
+        reward = scst_reward(source)  # the split's own document frequencies
         positions = spread(len(source), args.num_images)
         for label, model in models.items():
             arrays = diagnose(

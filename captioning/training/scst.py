@@ -44,11 +44,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from captioning.data.sources import CaptionSource
 from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
 from captioning.decoding import generate
 from captioning.decoding.config import OPTION_CHECKS
 from captioning.metrics.cider import CiderD
+from captioning.models.attention.base import per_token_mean
 from captioning.models.attention.estimators import (
     leave_one_out_baseline,  # the same baseline as K-sample REINFORCE
 )
@@ -95,9 +97,7 @@ class SelfCriticalLitModule(CaptionLitModule):
             raise ValueError(
                 "objective scst needs data.train_items=images (whole images with their references)"
             )
-        source = datamodule.sources["train"]
-        references = [[" ".join(tokenize(c)) for c in source.captions(i)] for i in range(len(source))]
-        self.reward = CiderD(references)  # document frequencies of the training references, once
+        self.reward = scst_reward(datamodule.sources["train"])  # training references' frequencies, once
 
     # -- the self-critical step -----------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
@@ -117,15 +117,15 @@ class SelfCriticalLitModule(CaptionLitModule):
             self.reward.scores(captions, images), dtype=torch.float32, device=tokens.device
         )
         advantage = rewards - leave_one_out_baseline(rewards, k)  # (B·K,)
-        start = torch.full_like(tokens[:, :1], Vocab.start_id)
-        inputs = torch.cat([start, tokens[:, :-1]], 1)  # (B·K, T): <start> w_1 .. w_{T-1}
+        inputs = teacher_forced_inputs(tokens)  # (B·K, T): <start> w_1 .. w_{T-1}
         mask = (tokens != Vocab.pad_id).float()  # (B·K, T): words and <end>
         replay = contextlib.nullcontext()
         if attention is not None:  # the sampled cells s_t (one-hot rows), re-scored in the pass below
             replay = attention.replay(sampled.attention.argmax(-1))  # (B·K, T)
         with replay:
             output = self.net.decoder(features.repeat_interleave(k, dim=0), inputs)  # logits (B·K, T, V)
-        logp = torch.log_softmax(output.logits.float(), -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        log_probs = torch.log_softmax(output.logits.float(), -1)  # (B·K, T, V)
+        logp = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B·K, T)
         if attention is not None:  # + log α_{t, s_t}: the location policy's term (module docstring)
             location_logp = output.aux["location_log_prob"].float()  # (B·K, T)
             self.log(
@@ -141,20 +141,37 @@ class SelfCriticalLitModule(CaptionLitModule):
         self.log("train/reward_std", rewards.std(), batch_size=b)
         self.log("train/sample_length", mask.sum(1).mean(), batch_size=b)
         self.log("train/sample_log_prob", (logp * mask).sum(1).mean().detach(), batch_size=b)
-        self._log_diagnostics(output.logits.detach(), tokens, mask, b)
+        self._log_diagnostics(log_probs.detach(), tokens, mask, b)
         return loss
 
-    def _log_diagnostics(self, logits: Tensor, tokens: Tensor, mask: Tensor, batch_size: int) -> None:
+    def _log_diagnostics(self, log_probs: Tensor, tokens: Tensor, mask: Tensor, batch_size: int) -> None:
         """What limits the policy's progress (docs/faq.md, "SCST gains little"): the share of samples cut at
         ``sample_max_new_tokens`` before their ``<end>`` (they are scored as cut), and the mean entropy of
         the word distribution at the sampled steps (nats; it falls as the policy sharpens)."""
-        truncated = ~(tokens == Vocab.end_id).any(1)  # (B·K,): no <end> within the cap
-        logp = torch.log_softmax(logits.float(), -1)  # (B·K, T, V)
-        entropy = -(logp.exp() * logp).sum(-1)  # (B·K, T)
-        self.log("train/sample_truncated", truncated.float().mean(), batch_size=batch_size)
-        self.log(
-            "train/token_entropy", (entropy * mask).sum() / mask.sum().clamp_min(1.0), batch_size=batch_size
-        )
+        self.log("train/sample_truncated", cut_before_end(tokens).float().mean(), batch_size=batch_size)
+        self.log("train/token_entropy", per_token_mean(word_entropy(log_probs), mask), batch_size=batch_size)
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         self.net.train()
+
+
+# -- the pieces scripts/scst_diagnostics.py measures the same way ------------------------------------------
+def scst_reward(source: CaptionSource) -> CiderD:
+    """CIDEr-D of a caption against image i's references, document frequencies from all of ``source``'s
+    references (tokenised as the captions are): the reward, over the training split in training."""
+    return CiderD([[" ".join(tokenize(c)) for c in source.captions(i)] for i in range(len(source))])
+
+
+def teacher_forced_inputs(tokens: Tensor) -> Tensor:
+    """(N, T) sampled ids -> (N, T) decoder inputs <start> w_1 .. w_{T-1}, the pass that re-scores them."""
+    return torch.cat([torch.full_like(tokens[:, :1], Vocab.start_id), tokens[:, :-1]], 1)
+
+
+def cut_before_end(tokens: Tensor) -> Tensor:
+    """(N,) True for the samples with no ``<end>`` within the cap (scored as cut)."""
+    return ~(tokens == Vocab.end_id).any(1)
+
+
+def word_entropy(log_probs: Tensor) -> Tensor:
+    """(..., V) log-probabilities -> (...) entropy of the word distribution, in nats."""
+    return -(log_probs.exp() * log_probs).sum(-1)

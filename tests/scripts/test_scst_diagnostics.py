@@ -19,6 +19,7 @@ from captioning.data.images import image_to_tensor  # noqa: E402
 from captioning.data.sources import SyntheticSource  # noqa: E402
 from captioning.data.tokenize import tokenize  # noqa: E402
 from captioning.decoding import generate  # noqa: E402
+from captioning.training.scst import scst_reward  # noqa: E402
 
 MODEL = ROOT / "docs" / "models" / "synthetic_soft.safetensors"
 
@@ -26,7 +27,7 @@ MODEL = ROOT / "docs" / "models" / "synthetic_soft.safetensors"
 def test_greedy_rewards_and_cut_shares_are_those_of_the_models_own_captions():
     model = load_captioner(MODEL)
     source = SyntheticSource(12, seed=4, split="val")
-    reward = scst_diagnostics.split_reward(source)
+    reward = scst_reward(source)
     positions = scst_diagnostics.spread(len(source), 6)
     assert positions == [0, 2, 4, 6, 8, 10]
     a = scst_diagnostics.diagnose(model, source, reward, positions, num_samples=3, max_new_tokens=4)
@@ -49,7 +50,7 @@ def test_greedy_rewards_and_cut_shares_are_those_of_the_models_own_captions():
 def test_samples_are_repeatable_and_uncapped_captions_end():
     model = load_captioner(MODEL)
     source = SyntheticSource(4, seed=4, split="val")
-    reward = scst_diagnostics.split_reward(source)
+    reward = scst_reward(source)
     run = [scst_diagnostics.diagnose(model, source, reward, [0, 1, 2, 3], 2, 30, seed=7) for _ in range(2)]
     np.testing.assert_array_equal(run[0]["sample_reward"], run[1]["sample_reward"])
     assert not run[0]["greedy_cut"].any()  # a trained scene model ends its captions well within 30 tokens

@@ -177,7 +177,7 @@ def test_diagnostics_count_samples_cut_before_end_and_the_word_entropy(tmp_path)
     vocab_size = 10
     logits = torch.zeros(4, 3, vocab_size)  # uniform: entropy log 10 ...
     logits[0, 0, 5] = 1e4  # ... except one certain step: entropy 0
-    module._log_diagnostics(logits, tokens, mask, batch_size=2)
+    module._log_diagnostics(torch.log_softmax(logits, -1), tokens, mask, batch_size=2)
     assert logged["train/sample_truncated"] == pytest.approx(0.5)
     assert logged["train/token_entropy"] == pytest.approx(10 * math.log(vocab_size) / 11, rel=1e-5)
 
