@@ -119,17 +119,28 @@ def halves(ids: tuple) -> dict[str, np.ndarray]:
     return {"all": np.arange(len(ids)), "even": np.array(order[0::2]), "odd": np.array(order[1::2])}
 
 
-def run_stats(path: Path, refs_tok: dict, tokenizer: str) -> ImageStats:
-    """A results.json's per-image statistics against the tokenised references (a missing image: "")."""
-    captions = {r["image_id"]: r["caption"] for r in json.loads(path.read_text())}
-    # ids are ints in the results file and may be ints or strings in the source: match as text
-    by_text = {str(k): v for k, v in captions.items()}
-    hyps = {k: [by_text.get(str(k), "")] for k in refs_tok}
-    hyps_tok = {k: v[0] for k, v in tokenize_captions(hyps, tokenizer).items()}
-    return image_stats(refs_tok, hyps_tok)
+class RunStats:
+    """``stats(path)``: a results.json's per-image statistics against one split's references (a missing
+    image: ""). The references are tokenised once and every file once, so the runs a decoding was chosen on
+    are not tokenised again for the report."""
+
+    def __init__(self, refs: dict, tokenizer: str):
+        self.tokenizer = tokenizer
+        self.refs_tok = tokenize_captions(refs, tokenizer)
+        self._done: dict[Path, ImageStats] = {}
+
+    def __call__(self, path: Path) -> ImageStats:
+        if path not in self._done:
+            captions = {r["image_id"]: r["caption"] for r in json.loads(path.read_text())}
+            # ids are ints in the results file and may be ints or strings in the source: match as text
+            by_text = {str(k): v for k, v in captions.items()}
+            hyps = {k: [by_text.get(str(k), "")] for k in self.refs_tok}
+            hyps_tok = {k: v[0] for k, v in tokenize_captions(hyps, self.tokenizer).items()}
+            self._done[path] = image_stats(self.refs_tok, hyps_tok)
+        return self._done[path]
 
 
-def choose_setting(runs: dict, refs: dict, tokenizer: str, forced: str | None) -> tuple[str, dict]:
+def choose_setting(runs: dict, stats_of: RunStats, forced: str | None) -> tuple[str, dict]:
     """The setting every run has with the best mean CIDEr-D over all runs on the even half (or ``forced``),
     and every candidate's even-half means."""
     common = set.intersection(*(set(by) for seeds in runs.values() for by in seeds.values()))
@@ -145,12 +156,9 @@ def choose_setting(runs: dict, refs: dict, tokenizer: str, forced: str | None) -
         )
     if len(common) == 1:
         return next(iter(common)), {}
-    refs_tok = tokenize_captions(refs, tokenizer)
     candidates = {}
     for setting in sorted(common):
-        stats = [
-            run_stats(by[setting], refs_tok, tokenizer) for seeds in runs.values() for by in seeds.values()
-        ]
+        stats = [stats_of(by[setting]) for seeds in runs.values() for by in seeds.values()]
         even = halves(stats[0].ids)["even"]
         scores = [score(s.take(even)) for s in stats]
         candidates[setting] = {m: float(np.mean([x[m] for x in scores])) for m in ("CIDEr", "Bleu_4")}
@@ -178,24 +186,21 @@ def score(stats: ImageStats) -> dict[str, float]:
     }
 
 
-def analyse(
-    runs: dict[str, dict[int, Path]], refs: dict, baseline: str, tokenizer: str, resamples: int
-) -> dict:
+def analyse(runs: dict[str, dict[int, Path]], stats_of: RunStats, baseline: str, resamples: int) -> dict:
     if baseline not in runs:
         raise SystemExit(f"error: --baseline {baseline!r} has no finished run; labels: {sorted(runs)}")
-    refs_tok = tokenize_captions(refs, tokenizer)
-    stats: dict[str, dict[int, ImageStats]] = {}
-    for label, seeds in runs.items():
-        stats[label] = {}
-        for seed, path in sorted(seeds.items()):
-            stats[label][seed] = run_stats(path, refs_tok, tokenizer)
+    stats = {
+        label: {seed: stats_of(path) for seed, path in sorted(seeds.items())} for label, seeds in runs.items()
+    }
     parts = halves(next(iter(stats[baseline].values())).ids)
     # the baseline's per-seed scores and its seeds pooled, once per part (every configuration meets them)
     base_scores = {
         p: {seed: score(s.take(rows)) for seed, s in stats[baseline].items()} for p, rows in parts.items()
     }
     base_pooled = {p: pooled([s.take(rows) for s in stats[baseline].values()]) for p, rows in parts.items()}
-    report: dict = {"baseline": baseline, "tokenizer": tokenizer, "images": len(refs_tok), "configs": {}}
+    report: dict = {
+        "baseline": baseline, "tokenizer": stats_of.tokenizer, "images": len(stats_of.refs_tok), "configs": {}
+    }  # fmt: skip
     for label, seeds in stats.items():
         entry: dict = {"seeds": sorted(seeds), "per_seed": {}, "summary": {}, "vs_baseline": {}}
         for part, rows in parts.items():
@@ -346,8 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         raise SystemExit(f"error: no finished run (results.json) under {args.runs / 'runs'}")
     refs = references(args.data, args.split, args.overrides)
-    chosen, candidates = choose_setting(runs, refs, args.tokenizer, args.setting)
-    report = analyse(at_setting(runs, chosen), refs, args.baseline, args.tokenizer, args.resamples)
+    stats_of = RunStats(refs, args.tokenizer)
+    chosen, candidates = choose_setting(runs, stats_of, args.setting)
+    report = analyse(at_setting(runs, chosen), stats_of, args.baseline, args.resamples)
     report["setting"] = {
         "chosen": chosen,
         "chosen_on": "even" if candidates else None,
