@@ -102,7 +102,10 @@ def test_a_real_scst_job_starts_from_its_xe_run_and_compare_reads_the_sweep(tmp_
 
     xe_ckpt = train(compose_train([*TINY, "trainer.max_epochs=1", "seed=3"], tmp_path / "xe_run"))
     xe, out = tmp_path / "xe", tmp_path / "scst"
-    xe_job(xe, 0, [*TINY, "seed=3", "trainer.max_epochs=1"], Path(xe_ckpt))
+    # as Hydra writes overrides.yaml: special characters escaped, which Hydra reads back as they were typed
+    xe_job(
+        xe, 0, [*TINY, "seed=3", "trainer.max_epochs=1", r"trainer.max_time=00\:00\:30\:00"], Path(xe_ckpt)
+    )
     xe_job(xe, 1, [*TINY, "seed=4"], tmp_path / "broken.ckpt")
     (tmp_path / "broken.ckpt").write_text("not a checkpoint")  # its SCST run fails; job 0's still runs
     recipe = ["trainer.max_steps=2", "model.num_samples=2", "trainer.enable_progress_bar=false"]
@@ -114,6 +117,7 @@ def test_a_real_scst_job_starts_from_its_xe_run_and_compare_reads_the_sweep(tmp_
     assert summary["finished"] and summary["global_step"] == 2
     config = yaml.safe_load((out / "0" / ".hydra" / "config.yaml").read_text())
     assert config["seed"] == 3 and config["init_from"] == str(Path(xe_ckpt).resolve())
+    assert config["trainer"]["max_time"] == "00:00:30:00"
     assert config["model"]["_target_"].endswith("SelfCriticalLitModule")
     (job,) = [j for j in compare.find_jobs(out) if j["summary"] is not None]
     assert compare.swept_keys([job]) == [] and job["overrides"]["objective"] == "scst"
