@@ -119,19 +119,33 @@ def _save(state: dict, meta: dict, tmp: Path) -> None:
 
 
 def _without_encoder(state: dict, meta: dict, path: Path) -> tuple[dict, dict]:
+    """Leave out every encoder tensor that is still its weight package's (all of a frozen encoder; the
+    frozen stages of one fine-tuned from a stage on) and record their SHA-256; the tensors training
+    changed stay in the export. Loading rebuilds the encoder from the package, checks the hash of the
+    tensors it supplies, and loads the stored ones over them (``load.build_captioner``)."""
+    import hydra
+    import torch
     from omegaconf import OmegaConf
 
     from captioning.hashing import tensors_hash
 
-    encoder_cfg = OmegaConf.create(meta["net_config"]).get("encoder", {})
-    if not (encoder_cfg.get("pretrained") and encoder_cfg.get("freeze", True)):
+    encoder_cfg = OmegaConf.to_container(OmegaConf.create(meta["net_config"]).get("encoder", {}))
+    if not encoder_cfg.get("pretrained"):
         raise CheckpointError(
-            f"{path}: encoder_by_name needs a frozen pretrained encoder (its weights from a package); this "
-            f"one is {encoder_cfg.get('_target_')} with pretrained={encoder_cfg.get('pretrained')}"
+            f"{path}: encoder_by_name needs a pretrained encoder (its weights from a package); this one is "
+            f"{encoder_cfg.get('_target_')} with pretrained={encoder_cfg.get('pretrained')}"
         )
-    encoder = {k: v for k, v in state.items() if k.startswith("encoder.")}
-    record = {
-        "source": "pretrained",
-        "sha256": tensors_hash({k.removeprefix("encoder."): v for k, v in encoder.items()}),
-    }
-    return {k: v for k, v in state.items() if k not in encoder}, record
+    packaged = hydra.utils.instantiate(
+        encoder_cfg
+    ).state_dict()  # the package's weights, as loading builds them
+    encoder = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
+    unchanged = {k: v for k, v in encoder.items() if k in packaged and torch.equal(v, packaged[k])}
+    if not any(v.is_floating_point() for v in unchanged.values()):  # BatchNorm's counters alone: nothing
+        raise CheckpointError(
+            f"{path}: encoder_by_name: none of the encoder's tensors are its package's (training changed "
+            "them all); export it without --encoder-by-name"
+        )
+    record = {"source": "pretrained", "sha256": tensors_hash(unchanged)}
+    if len(unchanged) < len(encoder):
+        record["stored"] = len(encoder) - len(unchanged)  # fine-tuned tensors, kept in the export
+    return {k: v for k, v in state.items() if k.removeprefix("encoder.") not in unchanged}, record

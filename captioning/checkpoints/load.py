@@ -298,19 +298,21 @@ def _network_config(meta: dict, path: Path) -> dict:
     return net_config
 
 
-def _packaged_encoder_state(net: CaptionModel, record: Any, path: Path) -> dict:
-    """The encoder's tensors as built from its package, if they are the ones the export recorded."""
-    from captioning.hashing import state_dict_hash
+def _packaged_encoder_state(net: CaptionModel, record: Any, state: dict, path: Path) -> dict:
+    """The encoder's tensors that the export left out (all of them, or a fine-tuned encoder's frozen
+    ones), as built from its package, if they are the ones the export recorded."""
+    from captioning.hashing import tensors_hash
 
     if not (isinstance(record, dict) and isinstance(record.get("sha256"), str)):
         raise CheckpointError(f"{path}: 'encoder_weights' is {record!r:.80}; expected {{source, sha256}}")
-    if state_dict_hash(net.encoder) != record["sha256"]:
+    supplied = {k: v for k, v in net.encoder.state_dict().items() if f"encoder.{k}" not in state}
+    if tensors_hash(supplied) != record["sha256"]:
         raise CheckpointError(
             f"{path}: the pretrained encoder built here ({type(net.encoder).__name__}) does not have the "
             "weights this model was trained with (SHA-256 differs): install the weight package version it "
             "was exported with, or export it with the encoder included"
         )
-    return {f"encoder.{k}": v for k, v in net.encoder.state_dict().items()}
+    return {f"encoder.{k}": v for k, v in supplied.items()}
 
 
 def _check_tensors(state: dict, path: Path) -> None:
@@ -397,7 +399,7 @@ def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCheckpoint:
         )
     _check_dtypes(state, net, path)
     if by_name:
-        state = {**_packaged_encoder_state(net, by_name, path), **state}
+        state = {**_packaged_encoder_state(net, by_name, state, path), **state}
     try:  # strict, after each module's own legacy defaults (a REINFORCE layer's step counter)
         net.load_state_dict(state, strict=True)
     except RuntimeError as err:

