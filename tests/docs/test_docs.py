@@ -116,3 +116,29 @@ def test_the_readme_is_short_and_has_no_dated_lines():
     assert len(text) <= 15_000, f"README.md has {len(text)} characters (at most 15,000)"
     dated = [line for line in text.splitlines() if DATED.search(line)]
     assert not dated, f"dated lines belong in docs/experiments/: {dated}"
+
+
+RESULTS = REPO / "docs" / "results"
+
+
+def test_every_result_file_has_content_and_no_machine_path():
+    """A result file the docs cite is never empty (a copy that truncated it would read as a result), its
+    JSON parses, and it names no path of the machine it was measured on."""
+    import json
+
+    files = sorted(p for p in RESULTS.rglob("*") if p.suffix in {".json", ".md", ".csv"} and p.is_file())
+    assert len(files) > 100
+    bad = []
+    for path in files:
+        text = path.read_text()
+        if not text.strip():
+            bad.append(f"{path}: empty")
+            continue
+        if path.suffix == ".json":
+            try:
+                json.loads(text)
+            except ValueError as err:
+                bad.append(f"{path}: not JSON ({err})")
+        if "/work/runs" in text or "/tmp/pytest-of" in text:
+            bad.append(f"{path}: names a machine path")
+    assert not bad, "\n".join(bad)
