@@ -38,6 +38,14 @@ MODELS: dict[str, ZooModel] = {
     m.name: m
     for m in (
         ZooModel(
+            "flickr8k-finetune-scst",
+            "flickr8k_finetune_scst.safetensors",
+            "44d21dcb5b99c1b5e18b20bae7de373fae2d265d2628ae19a5c338e3c69a0156",
+            "flickr8k",
+            "soft attention LSTM over Lite1 with stage7 + head fine-tuned, cross-entropy then SCST; "
+            "55.4 dev CIDEr-D, 23.0 BLEU-4, stored decoding",
+        ),
+        ZooModel(
             "flickr8k-soft-scst",
             "flickr8k_soft_scst.safetensors",
             "9e3498a517aec7f36c8b6ecd674d4fc5b1876f2e4ac1dc7df1e0760ca07873f2",
