@@ -135,9 +135,8 @@ def _without_encoder(state: dict, meta: dict, path: Path) -> tuple[dict, dict]:
             f"{path}: encoder_by_name needs a pretrained encoder (its weights from a package); this one is "
             f"{encoder_cfg.get('_target_')} with pretrained={encoder_cfg.get('pretrained')}"
         )
-    packaged = hydra.utils.instantiate(
-        encoder_cfg
-    ).state_dict()  # the package's weights, as loading builds them
+    # the package's weights, built as loading builds them
+    packaged = hydra.utils.instantiate(encoder_cfg).state_dict()
     encoder = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
     unchanged = {k: v for k, v in encoder.items() if k in packaged and torch.equal(v, packaged[k])}
     if not any(v.is_floating_point() for v in unchanged.values()):  # BatchNorm's counters alone: nothing
