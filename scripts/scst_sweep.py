@@ -55,6 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_intermixed_args(argv)  # the recipe may follow the options
     if not args.xe_sweep.is_dir():
         p.error(f"{args.xe_sweep}: no such folder (expected the XE sweep's hydra.sweep.dir)")
+    if args.out.resolve().is_relative_to(args.xe_sweep.resolve()):
+        p.error(
+            f"--out {args.out}: inside the XE sweep, whose jobs are found at any depth; give another folder"
+        )
     if args.jobs < 1:
         p.error(f"--jobs {args.jobs}: expected 1 or more")
     for text in args.recipe:

@@ -86,13 +86,21 @@ def test_finished_scst_jobs_are_not_run_again_and_missing_checkpoints_are_named(
     ],
 )
 def test_bad_arguments_get_one_clear_line(tmp_path, capsys, argv, message):
+    (tmp_path / "xe").mkdir()
     with pytest.raises(SystemExit):
-        scst_sweep.main([str(tmp_path), "--out", str(tmp_path / "o"), *argv])
+        scst_sweep.main([str(tmp_path / "xe"), "--out", str(tmp_path / "o"), *argv])
     assert message in capsys.readouterr().err
 
 
+def test_an_out_folder_inside_the_xe_sweep_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        scst_sweep.main([str(tmp_path), "--out", str(tmp_path / "scst")])
+    assert "inside the XE sweep" in capsys.readouterr().err
+
+
 def test_a_folder_without_finished_jobs_fails(tmp_path, capsys):
-    assert scst_sweep.main([str(tmp_path), "--out", str(tmp_path / "o")]) == 1
+    (tmp_path / "xe").mkdir()
+    assert scst_sweep.main([str(tmp_path / "xe"), "--out", str(tmp_path / "o")]) == 1
     assert "no finished cross-entropy job" in capsys.readouterr().out
 
 
