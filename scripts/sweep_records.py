@@ -1,0 +1,127 @@
+"""The record of a sweep that outlives its checkpoints: what to commit so a report can be made again.
+
+    python scripts/sweep_records.py SWEEP --out docs/results/flickr8k/soft_vs_hard/xe \\
+        [--alias /data/runs/xe=<xe sweep>]
+
+A sweep's checkpoints are too large to keep, and a machine that is handed back takes them along; its
+evaluations are small. For every job folder under SWEEP (one with ``.hydra/overrides.yaml``) this copies,
+under ``--out/<job>/``:
+- ``.hydra/overrides.yaml`` and ``.hydra/hydra.yaml`` cut to the job's number and config choices (the rest
+  of Hydra's file names the machine's folders);
+- ``run.json`` (best checkpoint, per-epoch history, train time) and ``metrics.csv`` (every
+  ``csv/version_*/metrics.csv`` a resumed run logged, in order, one header with every column);
+- every evaluation ``scripts/compare.py`` left in ``compare/<setting>/``: ``row.json``, ``results.json``
+  (one caption per image) and ``scores.json``.
+
+``scripts/compare.py`` and ``scripts/soft_vs_hard.py`` read the copy as they read the sweep (compare.py
+reuses each ``row.json``; soft_vs_hard.py scores the captions again), so the report, its bootstrap intervals
+and a new decoding choice need no checkpoint. Paths are written relative: SWEEP becomes ``<sweep>`` and each
+``--alias PATH=NAME`` (an SCST sweep's ``init_from`` names the cross-entropy sweep) becomes NAME. Copying
+again replaces a job's record (a job evaluated at one more setting gains its folder); jobs that have not
+finished are left out and named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import find_jobs  # noqa: E402
+
+EVALUATION_FILES = ("row.json", "results.json", "scores.json")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sweep", type=Path, help="a captioning-train -m sweep folder (or scst_sweep.py's --out)")
+    p.add_argument("--out", type=Path, required=True, help="the record folder (created; jobs replaced)")
+    p.add_argument(
+        "--alias", action="append", default=[], metavar="PATH=NAME", help="write PATH as NAME (repeatable)"
+    )
+    args = p.parse_args(argv)
+    if not args.sweep.is_dir():
+        p.error(f"{args.sweep} is not a folder: expected a sweep")
+    aliases = {str(args.sweep.resolve()): "<sweep>"}
+    for text in args.alias:
+        path, sep, name = text.partition("=")
+        if not sep or not path or not name:
+            p.error(f"--alias {text!r}: expected PATH=NAME")
+        aliases[str(Path(path).resolve())] = name
+    # the longest first, so a folder inside another is written as its own name
+    args.aliases = dict(sorted(aliases.items(), key=lambda kv: -len(kv[0])))
+    if args.out.resolve().is_relative_to(args.sweep.resolve()):
+        p.error(f"--out {args.out} is inside the sweep: its copy would be found as jobs")
+    return args
+
+
+def relative(text: str, aliases: dict[str, str]) -> str:
+    for path, name in aliases.items():
+        text = text.replace(path, name)
+    return text
+
+
+def merged_metrics(job: Path) -> str | None:
+    """Every csv/version_*/metrics.csv of the job in version order, one header with the union of columns."""
+    logs = sorted(job.glob("csv/version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[-1]))
+    rows, columns = [], {}
+    for log in logs:
+        with log.open(newline="") as f:
+            reader = csv.DictReader(f)
+            columns.update(dict.fromkeys(reader.fieldnames or []))
+            rows += list(reader)
+    if not rows:
+        return None
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return text.getvalue()
+
+
+def copy_job(job: dict, out: Path, aliases: dict[str, str]) -> list[str]:
+    """The job's record under ``out`` (replacing an earlier copy); returns the files written."""
+    src, dst = job["dir"], out / job["name"]
+    if dst.exists():
+        shutil.rmtree(dst)
+    (dst / ".hydra").mkdir(parents=True)
+    written = {".hydra/overrides.yaml": (src / ".hydra" / "overrides.yaml").read_text()}
+    hydra = {"job": {"num": job["num"]}, "runtime": {"choices": job["choices"]}}
+    written[".hydra/hydra.yaml"] = yaml.safe_dump({"hydra": hydra}, sort_keys=False)
+    written["run.json"] = (src / "run.json").read_text()
+    if (metrics := merged_metrics(src)) is not None:
+        written["metrics.csv"] = metrics
+    for folder in sorted(p for p in (src / "compare").glob("*") if (p / "row.json").is_file()):
+        for name in EVALUATION_FILES:
+            if (folder / name).is_file():
+                written[f"compare/{folder.name}/{name}"] = (folder / name).read_text()
+    for name, text in written.items():
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
+        (dst / name).write_text(relative(text, aliases))
+    return list(written)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    jobs = find_jobs(args.sweep)
+    if not jobs:
+        raise SystemExit(f"sweep_records.py: no job folders (.hydra/overrides.yaml) under {args.sweep}")
+    for job in jobs:
+        if job["summary"] is None:
+            print(f"left out: {job['name']}: the job has not finished (no finished run.json)")
+            continue
+        files = copy_job(job, args.out, args.aliases)
+        evaluations = sorted({f.split("/")[1] for f in files if f.startswith("compare/")})
+        print(f"{job['name']}: {len(files)} files -> {args.out / job['name']} (evaluations: "
+              f"{', '.join(evaluations) or 'none'})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""scripts/sweep_records.py, the committable record of a sweep: on a made-up sweep, what it copies, what it
+leaves out, how it writes machine paths, and that compare.py and soft_vs_hard.py read the copy as a sweep."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support.helpers import load_script
+
+records = load_script("sweep_records")
+compare = load_script("compare")
+soft_vs_hard = load_script("soft_vs_hard")
+
+
+def job(sweep: Path, num: int, overrides: list[str], finished: bool = True) -> Path:
+    """A job folder as captioning-train -m leaves it, with a checkpoint and two CSV logs (a resume)."""
+    folder = sweep / str(num)
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    hydra = {"job": {"num": num}, "runtime": {"cwd": str(sweep.parent), "choices": {"model/decoder": "lstm"}}}
+    (folder / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": hydra}))
+    (folder / "checkpoints").mkdir()
+    best = folder / "checkpoints" / "best.ckpt"
+    best.write_bytes(b"weights")
+    summary = {"checkpoint": str(best), "finished": finished, "history": [{"epoch": 0}]}
+    (folder / "run.json").write_text(json.dumps(summary))
+    for version, text in ((0, "epoch,step,val/CIDEr\n0,10,0.3\n"), (1, "epoch,step,lr\n1,20,0.001\n")):
+        (folder / "csv" / f"version_{version}").mkdir(parents=True)
+        (folder / "csv" / f"version_{version}" / "metrics.csv").write_text(text)
+    return folder
+
+
+def evaluation(folder: Path, setting: str, seed: int) -> None:
+    out = folder / "compare" / setting
+    out.mkdir(parents=True)
+    checkpoint = str(folder / "checkpoints" / "best.ckpt")
+    (out / "row.json").write_text(
+        json.dumps({"label": "flickr8k_soft", "seed": seed, "checkpoint": checkpoint})
+    )
+    (out / "results.json").write_text(json.dumps([{"image_id": 1, "caption": "a dog runs"}]))
+    (out / "scores.json").write_text(json.dumps({"checkpoint": checkpoint}))
+    (out / "predictions.log").write_text("not a record")
+
+
+def test_the_record_holds_the_small_files_with_paths_made_relative(tmp_path, capsys):
+    sweep, xe = tmp_path / "runs" / "scst", tmp_path / "runs" / "xe"
+    first = job(sweep, 0, ["seed=0", f"init_from={xe}/0/checkpoints/best.ckpt"])
+    evaluation(first, "val-beam5", 0)
+    evaluation(first, "val-beam3", 0)
+    job(sweep, 1, ["seed=1"], finished=False)
+    out = tmp_path / "docs" / "scst"
+    assert records.main([str(sweep), "--out", str(out), "--alias", f"{xe}=<xe sweep>"]) == 0
+    printed = capsys.readouterr().out
+    assert "left out: 1: the job has not finished" in printed
+    assert "0: 10 files" in printed and "(evaluations: val-beam3, val-beam5)" in printed
+    copied = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert copied == [
+        "0/.hydra/hydra.yaml", "0/.hydra/overrides.yaml",
+        *(f"0/compare/{s}/{f}" for s in ("val-beam3", "val-beam5") for f in ("results.json", "row.json", "scores.json")),
+        "0/metrics.csv", "0/run.json",
+    ]  # fmt: skip
+    everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+    assert str(tmp_path) not in everything  # no machine path is left
+    assert yaml.safe_load((out / "0/.hydra/overrides.yaml").read_text()) == [
+        "seed=0",
+        "init_from=<xe sweep>/0/checkpoints/best.ckpt",
+    ]
+    assert json.loads((out / "0/run.json").read_text())["checkpoint"] == "<sweep>/0/checkpoints/best.ckpt"
+    assert yaml.safe_load((out / "0/.hydra/hydra.yaml").read_text()) == {
+        "hydra": {"job": {"num": 0}, "runtime": {"choices": {"model/decoder": "lstm"}}}
+    }
+    # the resumed run's two logs, in order, under one header with every column
+    assert (out / "0/metrics.csv").read_text() == "epoch,step,val/CIDEr,lr\n0,10,0.3,\n1,20,,0.001\n"
+
+
+def test_compare_and_soft_vs_hard_read_the_record_as_a_sweep(tmp_path):
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):
+        evaluation(job(sweep, seed, [f"seed={seed}"]), "val-beam5", seed)
+    job(sweep, 2, ["seed=2"])  # finished, never evaluated
+    out = tmp_path / "record"
+    records.main([str(sweep), "--out", str(out)])
+    jobs = compare.find_jobs(out)
+    assert [(j["name"], j["num"], j["summary"]["finished"]) for j in jobs] == [("0", 0, True), ("1", 1, True),
+                                                                               ("2", 2, True)]  # fmt: skip
+    runs, missing = soft_vs_hard.find_runs(out)
+    assert runs == {
+        "flickr8k_soft": {s: {"val-beam5": out / str(s) / "compare/val-beam5/results.json"} for s in (0, 1)}
+    }
+    assert missing == ["2"]  # listed as without captions, not dropped
+
+
+def test_copying_again_replaces_a_job_and_keeps_the_others(tmp_path):
+    sweep, out = tmp_path / "sweep", tmp_path / "record"
+    first = job(sweep, 0, ["seed=0"])
+    records.main([str(sweep), "--out", str(out)])
+    evaluation(first, "val-beam5", 0)
+    (out / "9").mkdir()  # a job recorded from an earlier machine
+    records.main([str(sweep), "--out", str(out)])
+    assert (out / "0/compare/val-beam5/results.json").is_file() and (out / "9").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["{tmp}/missing", "--out", "{tmp}/r"], "is not a folder"),
+        (["{tmp}", "--out", "{tmp}/r", "--alias", "nothing"], "--alias 'nothing': expected PATH=NAME"),
+        (["{tmp}", "--out", "{tmp}/inside"], "is inside the sweep"),
+    ],
+)
+def test_bad_arguments_are_named(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit):
+        records.main([a.format(tmp=tmp_path) for a in argv])
+    assert message in capsys.readouterr().err
