@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -62,8 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def relative(text: str, aliases: dict[str, str]) -> str:
+    """``text`` with each aliased folder written as its name (a whole path part: ``/runs/xe`` is not
+    ``/runs/xe2``'s start)."""
     for path, name in aliases.items():
-        text = text.replace(path, name)
+        text = re.sub(re.escape(path) + r"(?![^/\s\"',:\]}])", name.replace("\\", r"\\"), text)
     return text
 
 

@@ -116,3 +116,11 @@ def test_bad_arguments_are_named(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit):
         records.main([a.format(tmp=tmp_path) for a in argv])
     assert message in capsys.readouterr().err
+
+
+def test_an_alias_replaces_whole_path_parts_only():
+    aliases = {"/runs/xe": "<xe sweep>"}
+    text = 'init_from=/runs/xe/0/best.ckpt "/runs/xe" /runs/xe2/0/best.ckpt /runs/xe'
+    assert records.relative(text, aliases) == (
+        'init_from=<xe sweep>/0/best.ckpt "<xe sweep>" /runs/xe2/0/best.ckpt <xe sweep>'
+    )
