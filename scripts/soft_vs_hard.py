@@ -44,6 +44,9 @@ from captioning.inference.evaluation import build_source  # noqa: E402
 from captioning.metrics.bootstrap import ImageStats, image_stats, mean_ci, paired_bootstrap, pooled  # noqa: E402
 from captioning.metrics.coco import tokenize_captions  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare import SEED_KEY, find_jobs, job_label, job_seed, swept_keys  # noqa: E402
+
 # BLEU-4 as coco-caption computes it, and without its brevity penalty as Xu et al. (2015) report it.
 METRICS = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 without BP", "CIDEr": "CIDEr-D"}
 
@@ -71,19 +74,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def find_runs(root: Path) -> tuple[dict[str, dict[int, dict[str, Path]]], list[str]]:
     """label -> seed -> setting -> results.json (one caption per image), and the runs that have none.
 
-    Two layouts: a sweep aggregated by ``scripts/compare.py`` (``JOB/compare/<split>-beam<k>/row.json``
-    names the job's label and seed, results.json beside it; a job folder with ``.hydra/`` but no row.json is
-    unfinished) and the older ``runs/<label>-seed<k>/results.json``."""
+    Two layouts: a sweep aggregated by ``scripts/compare.py`` (``JOB/compare/<split>-beam<k>/results.json``,
+    row.json beside it; a job folder with ``.hydra/`` but no row.json is unfinished) and the older
+    ``runs/<label>-seed<k>/results.json``. A job is labelled as compare.py groups the sweep *now* (its
+    ``.hydra/overrides.yaml``): the label row.json stored is the grouping of the sweep it was first
+    evaluated in, which may have held fewer jobs; row.json's own label serves a job without overrides."""
     runs: dict[str, dict[int, dict[str, Path]]] = {}
     missing: list[str] = []
     if not root.is_dir():
         raise SystemExit(f"error: {root} is not a folder: expected a sweep or a comparison folder")
+    jobs = find_jobs(root)
+    group_keys = [k for k in swept_keys(jobs) if k != SEED_KEY]
+    now = {job["dir"]: (job_label(job, group_keys), job_seed(job)) for job in jobs}
     for row_file in sorted(root.rglob("compare/*/row.json")):
         row = json.loads(row_file.read_text())
         results = row_file.with_name("results.json")
         if results.is_file():
-            seeds = runs.setdefault(str(row["label"]), {})
-            seeds.setdefault(int(row["seed"]), {})[row_file.parent.name] = results
+            label, seed = now.get(row_file.parent.parent.parent.resolve(), (row["label"], row["seed"]))
+            seeds = runs.setdefault(str(label), {})
+            seeds.setdefault(int(seed), {})[row_file.parent.name] = results
     if runs:
         evaluated = {p.parent.parent.parent for p in root.rglob("compare/*/row.json")}
         missing = sorted(

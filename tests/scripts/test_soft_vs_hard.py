@@ -160,3 +160,27 @@ def test_one_decoding_is_chosen_for_every_model_on_the_even_half(tmp_path, refs)
     }  # fmt: skip
     with pytest.raises(SystemExit, match="--setting 'val-beam5-hard_attention=expected' is not evaluated"):
         soft_vs_hard.main([*argv, "--setting", "val-beam5-hard_attention=expected"])
+
+
+def test_jobs_are_labelled_by_the_sweep_as_it_is_not_by_the_row_stored_when_first_evaluated(tmp_path, refs):
+    """A job evaluated while it was alone in its sweep stored the decoder's name as its label; once the
+    sweep holds the other experiment, both are labelled by the swept key, and the seed comes from the job."""
+    sweep = tmp_path / "sweep"
+    for job, (experiment, seed, stored) in enumerate(
+        [("flickr8k_transformer", 1, ("transformer", 0)), ("flickr8k_soft", 0, ("flickr8k_soft", 0))]
+    ):
+        (sweep / str(job) / ".hydra").mkdir(parents=True)
+        (sweep / str(job) / ".hydra" / "overrides.yaml").write_text(
+            f"- seed={seed}\n- experiment={experiment}\n"
+        )
+        (sweep / str(job) / "run.json").write_text(json.dumps({"finished": True}))
+        out = sweep / str(job) / "compare" / "val-beam5"
+        out.mkdir(parents=True)
+        (out / "row.json").write_text(json.dumps({"label": stored[0], "seed": stored[1]}))
+        (out / "results.json").write_text(json.dumps([{"image_id": k, "caption": refs[k][0]} for k in refs]))
+    runs, missing = soft_vs_hard.find_runs(sweep)
+    assert {label: sorted(seeds) for label, seeds in runs.items()} == {
+        "flickr8k_transformer": [1],
+        "flickr8k_soft": [0],
+    }
+    assert missing == []
