@@ -230,6 +230,11 @@ def job_seed(job: dict) -> int:
     return int(seed)
 
 
+def has_overrides(job: dict, only: dict[str, str]) -> bool:
+    """Whether the job was launched with every ``KEY=VALUE`` of ``only`` (``--only``; empty: every job)."""
+    return all(job["overrides"].get(key) == value for key, value in only.items())
+
+
 def job_checkpoint(job: dict) -> Path | None:
     """The job's best checkpoint (run.json), found in the job's own folder if the sweep was moved."""
     recorded = (job["summary"] or {}).get("checkpoint")
@@ -353,7 +358,7 @@ def aggregate(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     args.launcher = str(launcher.get("_target_", "")).rsplit(".", 1)[-1]
     args.jobs = int(launcher.get("n_jobs") or 1) if "n_jobs" in launcher else 1
     finished = [job for job in jobs if job["summary"] is not None]
-    finished = [j for j in finished if all(j["overrides"].get(k) == v for k, v in args.only.items())]
+    finished = [job for job in finished if has_overrides(job, args.only)]
     if args.only and not finished:
         raise SystemExit(f"compare.py: no finished job has the overrides --only {args.only}")
     labelled = [(job_label(job, group_keys), job) for job in finished]

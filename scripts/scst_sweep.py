@@ -1,6 +1,6 @@
 """SCST from every finished job of a cross-entropy sweep, one shared recipe: a comparison's second phase.
 
-    python scripts/scst_sweep.py XE_SWEEP --out SCST_SWEEP [--jobs 2] [--dry-run] [RECIPE OVERRIDES ...]
+    python scripts/scst_sweep.py XE_SWEEP --out SCST_SWEEP [--jobs 2] [--only KEY=VALUE] [--dry-run] [RECIPE ...]
     python scripts/scst_sweep.py multirun/xe --out multirun/scst --jobs 2 \\
         model.optimizer.lr=2.0e-4 model.scheduler.warmup_steps=50 trainer.max_epochs=5
     python scripts/compare.py multirun/scst --split val       # grouped by the XE jobs' configurations
@@ -20,6 +20,9 @@ one resumes from its ``last.ckpt``. A job of XE_SWEEP that has not finished is l
 with the XE sweep first: its command plus ``ckpt_path=auto``). Each job's output goes to
 ``SCST_SWEEP/logs/N.log``; a job that fails is named with the end of its log, the others still run, and
 the exit status is 1. ``OMP_NUM_THREADS`` is 1 in each job unless set: ``--jobs`` jobs share the cores.
+
+``--only seed=1`` (repeatable) takes only the XE jobs launched with that override: one call per core, each
+following its own cross-entropy run as it ends, without two calls starting the same SCST run.
 """
 
 from __future__ import annotations
@@ -34,7 +37,15 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour compare.py (a script too)
-from compare import find_jobs, finished_summary, is_run_key, job_checkpoint, parse_override  # noqa: E402
+from compare import (  # noqa: E402
+    find_jobs,
+    finished_summary,
+    has_overrides,
+    is_run_key,
+    job_checkpoint,
+    pair,
+    parse_override,
+)
 
 SCST = ["objective=scst"]
 
@@ -50,6 +61,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=1, help="SCST runs at once (default 1)")
     p.add_argument("--dry-run", action="store_true", help="print each job's command, run nothing")
     p.add_argument(
+        "--only", action="append", default=[], metavar="KEY=VALUE",
+        help="SCST only the XE jobs launched with this override (repeatable), e.g. seed=1: several calls "
+        "on one sweep, each with its own jobs, never start the same run twice",
+    )  # fmt: skip
+    p.add_argument(
         "recipe", nargs="*", help="Hydra overrides every SCST run shares, e.g. model.optimizer.lr=2e-4"
     )
     args = p.parse_intermixed_args(argv)  # the recipe may follow the options
@@ -61,6 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.jobs < 1:
         p.error(f"--jobs {args.jobs}: expected 1 or more")
+    try:
+        args.only = dict(pair(text, "--only") for text in args.only)
+    except ValueError as err:
+        p.error(str(err))
     for text in args.recipe:
         key, sep, _ = text.partition("=")
         if not sep or not key.lstrip("+~"):
@@ -100,6 +120,8 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[str, list[str]]], list[st
     XE job left out (not finished, or its checkpoint missing)."""
     todo, done, left_out = [], [], []
     for job in find_jobs(args.xe_sweep):
+        if not has_overrides(job, args.only):
+            continue
         checkpoint = job_checkpoint(job)
         if job["summary"] is None:
             left_out.append(f"{job['name']}: its cross-entropy run has not finished (no finished run.json)")
@@ -140,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in done:
         print(f"{name}: SCST finished before ({args.out / name / 'run.json'})")
     if not todo:
-        print("nothing to run" + ("" if done else f": no finished cross-entropy job in {args.xe_sweep}"))
+        where = args.xe_sweep if not args.only else f"{args.xe_sweep} with --only {args.only}"
+        print("nothing to run" + ("" if done else f": no finished cross-entropy job in {where}"))
         return 0 if done else 1
     if args.dry_run:
         for name, overrides in todo:

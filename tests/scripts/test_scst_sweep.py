@@ -76,6 +76,24 @@ def test_finished_scst_jobs_are_not_run_again_and_missing_checkpoints_are_named(
     assert f"left out: 1: run.json names '{tmp_path / 'gone.ckpt'}', which is missing" in printed
 
 
+def test_only_takes_the_jobs_with_that_override_so_two_calls_never_share_a_run(tmp_path, capsys):
+    xe, out = tmp_path / "xe", tmp_path / "scst"
+    xe_job(xe, 4, ["seed=1", "experiment=flickr8k_soft"], None)
+    xe_job(xe, 8, ["seed=2", "experiment=flickr8k_soft"], None)
+    xe_job(xe, 9, ["seed=2", "experiment=flickr8k_hard_reinforce"], None, finished=False)
+    assert scst_sweep.main([str(xe), "--out", str(out), "--dry-run", "--only", "seed=1"]) == 0
+    printed = capsys.readouterr().out
+    assert list(commands(printed)) == ["4"]
+    assert "left out" not in printed  # job 9 is another call's: not this one's to report
+    assert scst_sweep.main([str(xe), "--out", str(out), "--dry-run", "--only", "seed=2"]) == 0
+    assert list(commands(capsys.readouterr().out)) == ["8"]
+    only = ["--only", "seed=2", "--only", "experiment=flickr8k_soft"]
+    assert scst_sweep.main([str(xe), "--out", str(out), "--dry-run", *only]) == 0
+    assert list(commands(capsys.readouterr().out)) == ["8"]
+    assert scst_sweep.main([str(xe), "--out", str(out), "--dry-run", "--only", "seed=7"]) == 1
+    assert "no finished cross-entropy job in" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -83,6 +101,7 @@ def test_finished_scst_jobs_are_not_run_again_and_missing_checkpoints_are_named(
         (["hydra.run.dir=/x"], "hydra.run.dir is set per job"),
         (["model.optimizer.lr"], "expected KEY=VALUE"),
         (["--jobs", "0"], "--jobs 0: expected 1 or more"),
+        (["--only", "seed"], "--only 'seed': expected NAME=VALUE"),
     ],
 )
 def test_bad_arguments_get_one_clear_line(tmp_path, capsys, argv, message):
