@@ -94,8 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument(
         "--only", action="append", default=[], metavar="KEY=VALUE",
-        help="evaluate only the jobs with this override (repeatable), e.g. experiment=flickr8k_hard_reinforce "
-        "for a reading only some decoders take (hard_attention=expected)",
+        help="evaluate only the jobs with this override (repeatable: a key given twice accepts either value), "
+        "e.g. experiment=flickr8k_hard_reinforce for a reading only some decoders take (hard_attention=expected)",
     )  # fmt: skip
     parser.add_argument(
         "--tokenizer",
@@ -123,7 +123,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.metrics = tuple(m for m in args.metrics.split(",") if m.strip())
     try:
         args.decoding = decoding_options(args.decoding)
-        args.only = dict(pair(text, "--only") for text in args.only)
+        args.only = only_filter(args.only)
     except ValueError as err:
         parser.error(str(err))
     if args.replot is None and args.sweep_dir is None:
@@ -193,7 +193,13 @@ def find_jobs(sweep_dir: Path) -> list[dict]:
                 "summary": finished_summary(summary_file),
             }
         )
-    return sorted(jobs, key=lambda j: (j["num"] is None, j["num"] or 0, j["name"]))
+    return sorted(jobs, key=lambda j: (j["num"] is None, j["num"] or 0, natural_key(j["name"])))
+
+
+def natural_key(name: str) -> list[tuple[int, int, str]]:
+    """``2`` before ``11``: a job launched alone (``hydra.sweep.subdir=N``) is Hydra's job 0, so its folder
+    name is what orders it."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in name.split("/")]
 
 
 def swept_keys(jobs: list[dict]) -> list[str]:
@@ -230,9 +236,22 @@ def job_seed(job: dict) -> int:
     return int(seed)
 
 
-def has_overrides(job: dict, only: dict[str, str]) -> bool:
-    """Whether the job was launched with every ``KEY=VALUE`` of ``only`` (``--only``; empty: every job)."""
-    return all(job["overrides"].get(key) == value for key, value in only.items())
+def only_filter(texts: list[str]) -> dict[str, set[str]]:
+    """``--only`` flags -> {key: accepted values}: a key given twice accepts either value (``--only seed=1
+    --only seed=2``), different keys must all hold (``--only seed=1 --only experiment=flickr8k_soft``)."""
+    only: dict[str, set[str]] = {}
+    for key, value in (pair(text, "--only") for text in texts):
+        only.setdefault(key, set()).add(value)
+    return only
+
+
+def describe_only(only: dict[str, set[str]]) -> str:
+    return " ".join(f"--only {key}={value}" for key, values in only.items() for value in sorted(values))
+
+
+def has_overrides(job: dict, only: dict[str, set[str]]) -> bool:
+    """Whether the job was launched with, for every key of ``only`` (``only_filter``), one of its values."""
+    return all(job["overrides"].get(key) in values for key, values in only.items())
 
 
 def job_checkpoint(job: dict) -> Path | None:
@@ -360,7 +379,7 @@ def aggregate(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     finished = [job for job in jobs if job["summary"] is not None]
     finished = [job for job in finished if has_overrides(job, args.only)]
     if args.only and not finished:
-        raise SystemExit(f"compare.py: no finished job has the overrides --only {args.only}")
+        raise SystemExit(f"compare.py: no finished job has the overrides {describe_only(args.only)}")
     labelled = [(job_label(job, group_keys), job) for job in finished]
     labels = list(dict.fromkeys(label for label, _ in labelled))
     few = [f"{x} ({n})" for x in labels if (n := sum(lab == x for lab, _ in labelled)) < MIN_SEEDS]

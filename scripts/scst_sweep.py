@@ -21,8 +21,9 @@ with the XE sweep first: its command plus ``ckpt_path=auto``). Each job's output
 ``SCST_SWEEP/logs/N.log``; a job that fails is named with the end of its log, the others still run, and
 the exit status is 1. ``OMP_NUM_THREADS`` is 1 in each job unless set: ``--jobs`` jobs share the cores.
 
-``--only seed=1`` (repeatable) takes only the XE jobs launched with that override: one call per core, each
-following its own cross-entropy run as it ends, without two calls starting the same SCST run.
+``--only seed=1`` (repeatable, as ``compare.py``'s) takes only the XE jobs launched with that override: one
+call per core, each following its own cross-entropy run as it ends; calls whose filters do not overlap never
+start the same SCST run.
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour compare.py (a script too)
 from compare import (  # noqa: E402
+    describe_only,
     find_jobs,
     finished_summary,
     has_overrides,
     is_run_key,
     job_checkpoint,
-    pair,
+    only_filter,
     parse_override,
 )
 
@@ -62,8 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="print each job's command, run nothing")
     p.add_argument(
         "--only", action="append", default=[], metavar="KEY=VALUE",
-        help="SCST only the XE jobs launched with this override (repeatable), e.g. seed=1: several calls "
-        "on one sweep, each with its own jobs, never start the same run twice",
+        help="SCST only the XE jobs launched with this override (repeatable, as compare.py's), e.g. seed=1: "
+        "calls on one sweep whose filters do not overlap never start the same run",
     )  # fmt: skip
     p.add_argument(
         "recipe", nargs="*", help="Hydra overrides every SCST run shares, e.g. model.optimizer.lr=2e-4"
@@ -78,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.jobs < 1:
         p.error(f"--jobs {args.jobs}: expected 1 or more")
     try:
-        args.only = dict(pair(text, "--only") for text in args.only)
+        args.only = only_filter(args.only)
     except ValueError as err:
         p.error(str(err))
     for text in args.recipe:
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in done:
         print(f"{name}: SCST finished before ({args.out / name / 'run.json'})")
     if not todo:
-        where = args.xe_sweep if not args.only else f"{args.xe_sweep} with --only {args.only}"
+        where = args.xe_sweep if not args.only else f"{args.xe_sweep} with {describe_only(args.only)}"
         print("nothing to run" + ("" if done else f": no finished cross-entropy job in {where}"))
         return 0 if done else 1
     if args.dry_run:
