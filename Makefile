@@ -32,7 +32,7 @@ train: $(STAMP)  ## train hard (Gumbel) attention on synthetic scenes (~5 min, 2
 test: $(STAMP) browser  ## lint, then the whole test suite (slow tests included; Chromium for the demo test)
 	$(PY) -m ruff check captioning tests scripts
 	$(PY) -m ruff format --check captioning tests scripts
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 	$(PY) -m pytest -q -n auto --dist loadfile --durations=30  # a worker per core; the 30 slowest, to keep time in check
 
 test-fast: $(STAMP)  ## the test suite without tests marked slow
