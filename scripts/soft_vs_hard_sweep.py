@@ -42,6 +42,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
+from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -105,6 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+@cache  # a Hydra compose per experiment, not one per evaluation list (each pair asks two or three times)
 def reads_expected_context(experiment: str) -> bool:
     """Whether the experiment's attention layer declares the expected-context reading (hard attention)."""
     cfg, _ = compose_config("train", [f"experiment={experiment}"])
@@ -121,9 +123,14 @@ def setting_folder(beams: int, decoding: dict) -> str:
     return setting_name(SimpleNamespace(split=SPLIT, num_beams=beams, decoding=decoding))
 
 
+def pair_only(seed: int, experiment: str) -> list[str]:
+    """The ``--only`` flags that select one pair's job in compare.py and scst_sweep.py."""
+    return ["--only", f"seed={seed}", "--only", f"experiment={experiment}"]
+
+
 def evaluations(sweep: Path, seed: int, experiment: str, scratch: Path) -> list[list[str]]:
     """compare.py on one job of ``sweep``, at every setting; tables go to ``scratch`` (the report is later)."""
-    only = ["--only", f"seed={seed}", "--only", f"experiment={experiment}"]
+    only = pair_only(seed, experiment)
     return [
         [sys.executable, str(SCRIPTS / "compare.py"), str(sweep), "--split", SPLIT, "--allow-few-seeds", *only,
          "--num-beams", str(beams), *(a for k, v in decoding.items() for a in ("--decoding", f"{k}={v}")),
@@ -141,7 +148,7 @@ def chain(args: argparse.Namespace, experiment: str, seed: int, job: int) -> lis
     )
     train = [*captioning_train(), "-m", f"seed={seed}", f"experiment={experiment}", *XE_RECIPE,
              f"hydra.sweep.dir={xe.resolve()}", f"hydra.sweep.subdir={job}", "ckpt_path=auto"]  # fmt: skip
-    only = ["--only", f"seed={seed}", "--only", f"experiment={experiment}"]
+    only = pair_only(seed, experiment)
     steps = [("cross-entropy", train)]
     steps += [("evaluate cross-entropy", cmd) for cmd in evaluations(xe, seed, experiment, scratch / "xe")]
     steps.append(("SCST", [sys.executable, str(SCRIPTS / "scst_sweep.py"), str(xe), "--out", str(scst), *only,
