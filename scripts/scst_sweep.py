@@ -37,8 +37,8 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour compare.py (a script too)
-from compare import (  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbour sweep_jobs.py (a script too)
+from sweep_jobs import (  # noqa: E402
     describe_only,
     find_jobs,
     finished_summary,

@@ -45,7 +45,7 @@ from captioning.metrics.bootstrap import ImageStats, image_stats, mean_ci, paire
 from captioning.metrics.coco import tokenize_captions  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import SEED_KEY, find_jobs, job_label, job_seed, swept_keys  # noqa: E402
+from sweep_jobs import SEED_KEY, find_jobs, job_label, job_seed, swept_keys  # noqa: E402
 
 # BLEU-4 as coco-caption computes it, and without its brevity penalty as Xu et al. (2015) report it.
 METRICS = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 without BP", "CIDEr": "CIDEr-D"}

@@ -50,8 +50,9 @@ import yaml
 from hydra.utils import get_class
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbours, scripts too
-from compare import describe_only, find_jobs, finished_summary, only_filter, parse_override, setting_name  # noqa: E402
+from compare import setting_name  # noqa: E402
 from scst_sweep import captioning_train, log_tail  # noqa: E402
+from sweep_jobs import describe_only, find_jobs, finished_summary, only_filter, parse_override  # noqa: E402
 
 from captioning.config import compose_config  # noqa: E402
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import find_jobs  # noqa: E402
+from sweep_jobs import find_jobs  # noqa: E402
 
 EVALUATION_FILES = ("row.json", "results.json", "scores.json")
 
