@@ -30,6 +30,17 @@ a pair another process is running is left to it. A failing step stops its own ch
 with the end of its log (``ROOT/logs/<experiment>-seed<S>.log``) and the exit status is 1. At the end
 ``soft_vs_hard.py`` reports each objective into ``DIR/report/{xe,scst}`` (``ROOT/report`` without
 ``--record``) once the baseline and one other experiment have finished runs there.
+
+The recipes are the Flickr8k comparison's; ``--xe KEY=VALUE`` and ``--scst KEY=VALUE`` replace or add to
+them (the same key keeps one value, the one given), so the same command runs another comparison, e.g. on
+COCO with its experiments and SCST recipe (``docs/guides/coco.md``)::
+
+    python scripts/soft_vs_hard_sweep.py --root runs/coco_svh --data coco \
+        --experiments coco_soft,coco_hard_reinforce,coco_hard_gumbel,coco_transformer \
+        --xe trainer.max_time=null --scst model.optimizer.lr=5.7e-5 --scst trainer.max_epochs=10
+
+``--xe`` overrides that say where the data is (``data.*``, ``paths.*``) also go to the reports, whose
+references must be the same captions.
 """
 
 from __future__ import annotations
@@ -52,7 +63,14 @@ from hydra.utils import get_class
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbours, scripts too
 from compare import setting_name  # noqa: E402
 from scst_sweep import captioning_train, log_tail  # noqa: E402
-from sweep_jobs import describe_only, find_jobs, finished_summary, only_filter, parse_override  # noqa: E402
+from sweep_jobs import (  # noqa: E402
+    describe_only,
+    find_jobs,
+    finished_summary,
+    is_run_key,
+    only_filter,
+    parse_override,
+)
 
 from captioning.config import compose_config  # noqa: E402
 
@@ -71,6 +89,7 @@ SCST_RECIPE = [
 SETTINGS = [(3, {}), (5, {}), (5, {"length_penalty": 1})]
 EXPECTED = (5, {"hard_attention": "expected"})
 SPLIT = "val"
+PAIR_KEYS = ("seed", "experiment")  # what makes a pair: set by the grid, never by --xe / --scst
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,6 +107,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parallel", type=int, default=1, help="chains at once (default 1)")
     p.add_argument("--record", type=Path, help="docs folder for sweep_records.py (DIR/xe, DIR/scst)")
     p.add_argument("--force", action="store_true", help="run pairs whose record is complete too")
+    p.add_argument(
+        "--xe", action="append", default=[], metavar="KEY=VALUE",
+        help="a Hydra override of every cross-entropy run (repeatable), replacing the recipe's value of the same "
+        "key; the SCST runs keep it (they start from their job's overrides), and data.* / paths.* ones also "
+        "reach the reports' references, e.g. --xe trainer.max_time=null --xe paths.val_json=my/val.json",
+    )  # fmt: skip
+    p.add_argument(
+        "--scst", action="append", default=[], metavar="KEY=VALUE",
+        help="a Hydra override of the shared SCST recipe (repeatable), replacing its value of the same key, "
+        "e.g. --scst model.optimizer.lr=5.7e-5 --scst trainer.max_epochs=10",
+    )  # fmt: skip
     p.add_argument("--data", default="flickr8k", help="the reports' references (default: %(default)s)")
     p.add_argument("--dry-run", action="store_true", help="print each chain's commands, run nothing")
     args = p.parse_args(argv)
@@ -97,6 +127,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.only = only_filter(args.only)
     except ValueError as err:
         p.error(str(err))
+    for flag in ("xe", "scst"):
+        for text in getattr(args, flag):
+            key, sep, _ = text.partition("=")
+            if not sep or not key.lstrip("+~"):
+                p.error(f"--{flag} {text!r}: expected KEY=VALUE (a Hydra override)")
+            if (key := parse_override(text)[0]) in PAIR_KEYS or is_run_key(key):
+                p.error(f"--{flag} {text}: {key} is set per pair by this script")
     if unknown := set(args.only) - {"seed", "experiment"}:
         p.error(f"--only {sorted(unknown)[0]}=...: expected seed=S or experiment=E")
     if args.parallel < 1:
@@ -140,6 +177,17 @@ def evaluations(sweep: Path, seed: int, experiment: str, scratch: Path) -> list[
     ]  # fmt: skip
 
 
+def with_overrides(recipe: list[str], extra: list[str]) -> list[str]:
+    """The recipe without the keys ``extra`` sets, then ``extra``: one value per key, the user's."""
+    replaced = {parse_override(o)[0] for o in extra}
+    return [*(o for o in recipe if parse_override(o)[0] not in replaced), *extra]
+
+
+def reference_overrides(args: argparse.Namespace) -> list[str]:
+    """The ``--xe`` overrides that say where the data is: the reports' references must be the same."""
+    return [o for o in args.xe if parse_override(o)[0].split(".")[0] in ("data", "paths")]
+
+
 def chain(args: argparse.Namespace, experiment: str, seed: int, job: int) -> list[tuple[str, list[str]]]:
     """The (name, argv) steps of one pair, in the order they run."""
     xe, scst, scratch = (
@@ -147,13 +195,13 @@ def chain(args: argparse.Namespace, experiment: str, seed: int, job: int) -> lis
         args.root / "scst",
         args.root / "tables" / f"{experiment}-seed{seed}",
     )
-    train = [*captioning_train(), "-m", f"seed={seed}", f"experiment={experiment}", *XE_RECIPE,
+    train = [*captioning_train(), "-m", f"seed={seed}", f"experiment={experiment}", *with_overrides(XE_RECIPE, args.xe),
              f"hydra.sweep.dir={xe.resolve()}", f"hydra.sweep.subdir={job}", "ckpt_path=auto"]  # fmt: skip
     only = pair_only(seed, experiment)
     steps = [("cross-entropy", train)]
     steps += [("evaluate cross-entropy", cmd) for cmd in evaluations(xe, seed, experiment, scratch / "xe")]
     steps.append(("SCST", [sys.executable, str(SCRIPTS / "scst_sweep.py"), str(xe), "--out", str(scst), *only,
-                           *SCST_RECIPE]))  # fmt: skip
+                           *with_overrides(SCST_RECIPE, args.scst)]))  # fmt: skip
     steps += [("evaluate SCST", cmd) for cmd in evaluations(scst, seed, experiment, scratch / "scst")]
     return steps
 
@@ -173,7 +221,7 @@ def report_steps(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
     source = args.record or args.root
     return [
         (f"report {objective}", [sys.executable, str(SCRIPTS / "soft_vs_hard.py"), str(source / objective),
-                                 "--data", args.data, "--baseline", args.baseline,
+                                 *reference_overrides(args), "--data", args.data, "--baseline", args.baseline,
                                  "--out", str(source / "report" / objective)])
         for objective in ("xe", "scst")
     ]  # fmt: skip

@@ -116,6 +116,31 @@ def test_the_grid_its_filters_the_records_and_the_reports(tmp_path, capsys):
     ]
 
 
+def test_recipe_overrides_replace_the_recipes_value_and_data_ones_reach_the_reports(tmp_path, capsys):
+    argv = ["--root", str(tmp_path), "--only", "seed=0", "--only", "experiment=flickr8k_soft", "--data", "coco",
+            "--xe", "trainer.max_time=null", "--xe", "data.train.limit=100", "--xe", "paths.cache=/fast",
+            "--scst", "model.optimizer.lr=5.7e-5", "--scst", "+trainer.devices=8"]  # fmt: skip
+    chains = planned(capsys, argv)
+    reports = chains.pop("when every chain has ended")
+    steps = chains["flickr8k_soft-seed0"]
+    train = steps[0][1]
+    assert [o for o in train if o.startswith("trainer.max_time")] == ["trainer.max_time=null"]  # one value
+    assert "++callbacks.early_stopping=null" in train and "data.train.limit=100" in train
+    (tmp_path / "xe").mkdir()
+    scst = scst_sweep.parse_args(next(cmd for n, cmd in steps if n == "SCST")[2:])
+    assert scst.recipe == [
+        "++callbacks.early_stopping=null", "model.scheduler.warmup_steps=50", "trainer.max_epochs=5",
+        "model.optimizer.lr=5.7e-5", "+trainer.devices=8",
+    ]  # fmt: skip
+    args = soft_vs_hard.parse_args(reports[0][1][2:])  # the references are the captions trained on
+    assert (args.runs, args.data) == (tmp_path / "xe", "coco")
+    assert args.overrides == ["data.train.limit=100", "paths.cache=/fast"]
+    # the recipe without --xe / --scst is the results page's
+    plain = planned(capsys, argv[:8])["flickr8k_soft-seed0"]
+    assert plain[0][1][4:6] == sweep.XE_RECIPE
+    assert scst_sweep.parse_args(next(c for n, c in plain if n == "SCST")[2:]).recipe == sweep.SCST_RECIPE
+
+
 def write_job(folder: Path, overrides: list[str], settings: list[str]) -> None:
     (folder / ".hydra").mkdir(parents=True)
     (folder / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
@@ -195,6 +220,11 @@ def test_a_failing_step_stops_its_chain_only_and_a_held_pair_is_left_to_its_proc
         (["--parallel", "0"], "--parallel 0: expected 1 or more"),
         (["--seeds", "one"], "invalid literal"),
         (["--seeds", "-1"], "seeds 0 or more"),
+        (["--xe", "seed=3"], "--xe seed=3: seed is set per pair by this script"),
+        (["--scst", "+experiment=x"], "--scst +experiment=x: experiment is set per pair by this script"),
+        (["--xe", "hydra.sweep.dir=x"], "hydra.sweep.dir is set per pair by this script"),
+        (["--scst", "init_from=a.ckpt"], "init_from is set per pair by this script"),
+        (["--xe", "trainer"], "--xe 'trainer': expected KEY=VALUE (a Hydra override)"),
     ],
 )
 def test_bad_arguments_get_one_clear_line(tmp_path, capsys, argv, message):
