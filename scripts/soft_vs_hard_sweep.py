@@ -35,7 +35,7 @@ The recipes are the Flickr8k comparison's; ``--xe KEY=VALUE`` and ``--scst KEY=V
 them (the same key keeps one value, the one given), so the same command runs another comparison, e.g. on
 COCO with its experiments and SCST recipe (``docs/guides/coco.md``)::
 
-    python scripts/soft_vs_hard_sweep.py --root runs/coco_svh --data coco \
+    python scripts/soft_vs_hard_sweep.py --root runs/coco_svh \
         --experiments coco_soft,coco_hard_reinforce,coco_hard_gumbel,coco_transformer \
         --xe trainer.max_time=null --scst model.optimizer.lr=5.7e-5 --scst trainer.max_epochs=10
 
@@ -58,7 +58,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import yaml
+from hydra.errors import HydraException
 from hydra.utils import get_class
+from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbours, scripts too
 from compare import setting_name  # noqa: E402
@@ -118,7 +120,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a Hydra override of the shared SCST recipe (repeatable), replacing its value of the same key, "
         "e.g. --scst model.optimizer.lr=5.7e-5 --scst trainer.max_epochs=10",
     )  # fmt: skip
-    p.add_argument("--data", default="flickr8k", help="the reports' references (default: %(default)s)")
+    p.add_argument(
+        "--data",
+        help="the reports' references, a data config (default: the one the baseline experiment trains on)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print each chain's commands, run nothing")
     args = p.parse_args(argv)
     args.experiments = [e.strip() for e in args.experiments.split(",") if e.strip()]
@@ -141,13 +146,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.experiments or not args.seeds or min(args.seeds) < 0:
         p.error("--experiments and --seeds need at least one value each (seeds 0 or more)")
     args.baseline = args.baseline or args.experiments[0]
+    try:
+        for experiment in {*args.experiments, args.baseline}:  # each known, before anything runs
+            composed(experiment)
+    except ValueError as err:
+        p.error(str(err))
+    if args.data is None:
+        args.data = composed(args.baseline)[1]["data"]
     return args
 
 
 @cache  # a Hydra compose per experiment, not one per evaluation list (each pair asks two or three times)
+def composed(experiment: str) -> tuple[DictConfig, dict[str, str]]:
+    """The experiment's training config and its config groups' choices; an unknown name is one clear line."""
+    try:
+        return compose_config("train", [f"experiment={experiment}"])
+    except HydraException as err:
+        raise ValueError(f"experiment={experiment}: {str(err).splitlines()[0]}") from None
+
+
 def reads_expected_context(experiment: str) -> bool:
     """Whether the experiment's attention layer declares the expected-context reading (hard attention)."""
-    cfg, _ = compose_config("train", [f"experiment={experiment}"])
+    cfg, _ = composed(experiment)
     target = cfg.model.decoder.get("attention", {}).get("_target_")
     return target is not None and "expected" in getattr(get_class(target), "inference_contexts", ())
 
@@ -185,7 +205,7 @@ def with_overrides(recipe: list[str], extra: list[str]) -> list[str]:
 
 def reference_overrides(args: argparse.Namespace) -> list[str]:
     """The ``--xe`` overrides that say where the data is: the reports' references must be the same."""
-    return [o for o in args.xe if parse_override(o)[0].split(".")[0] in ("data", "paths")]
+    return [o for o in args.xe if parse_override(o)[0].startswith(("data.", "paths."))]
 
 
 def chain(args: argparse.Namespace, experiment: str, seed: int, job: int) -> list[tuple[str, list[str]]]:

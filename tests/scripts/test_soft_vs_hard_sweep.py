@@ -135,10 +135,15 @@ def test_recipe_overrides_replace_the_recipes_value_and_data_ones_reach_the_repo
     args = soft_vs_hard.parse_args(reports[0][1][2:])  # the references are the captions trained on
     assert (args.runs, args.data) == (tmp_path / "xe", "coco")
     assert args.overrides == ["data.train.limit=100", "paths.cache=/fast"]
-    # the recipe without --xe / --scst is the results page's
-    plain = planned(capsys, argv[:8])["flickr8k_soft-seed0"]
-    assert plain[0][1][4:6] == sweep.XE_RECIPE
-    assert scst_sweep.parse_args(next(c for n, c in plain if n == "SCST")[2:]).recipe == sweep.SCST_RECIPE
+    # the recipe without --xe / --scst is the results page's, and the references the baseline's data
+    plain = planned(capsys, argv[:6])
+    steps = plain["flickr8k_soft-seed0"]
+    assert steps[0][1][4:6] == sweep.XE_RECIPE
+    assert scst_sweep.parse_args(next(c for n, c in steps if n == "SCST")[2:]).recipe == sweep.SCST_RECIPE
+    args = soft_vs_hard.parse_args(plain["when every chain has ended"][0][1][2:])
+    assert (args.data, args.overrides) == ("flickr8k", [])
+    coco = planned(capsys, ["--root", str(tmp_path), "--experiments", "coco_soft,coco_transformer"])
+    assert soft_vs_hard.parse_args(coco["when every chain has ended"][0][1][2:]).data == "karpathy"  # coco_base.yaml's data
 
 
 def write_job(folder: Path, overrides: list[str], settings: list[str]) -> None:
@@ -225,6 +230,7 @@ def test_a_failing_step_stops_its_chain_only_and_a_held_pair_is_left_to_its_proc
         (["--xe", "hydra.sweep.dir=x"], "hydra.sweep.dir is set per pair by this script"),
         (["--scst", "init_from=a.ckpt"], "init_from is set per pair by this script"),
         (["--xe", "trainer"], "--xe 'trainer': expected KEY=VALUE (a Hydra override)"),
+        (["--experiments", "flickr8k_nope"], "experiment=flickr8k_nope: In 'train': Could not find"),
     ],
 )
 def test_bad_arguments_get_one_clear_line(tmp_path, capsys, argv, message):
