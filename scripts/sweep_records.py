@@ -13,6 +13,11 @@ under ``--out/<job>/``:
 - every evaluation ``scripts/compare.py`` left in ``compare/<setting>/``: ``row.json``, ``results.json``
   (one caption per image) and ``scores.json``.
 
+and writes ``--out/runs.md``, a table of every job recorded there (also from earlier machines) and every job
+of SWEEP that has not finished (marked so, never dropped): configuration, seed, the monitored validation
+metric per epoch, the best, train time, and BLEU-4 / CIDEr-D at each evaluation setting. A docs page takes
+it in with ``--8<-- "<out>/runs.md"``.
+
 ``scripts/compare.py`` and ``scripts/soft_vs_hard.py`` read the copy as they read the sweep (compare.py
 reuses each ``row.json``; soft_vs_hard.py scores the captions again), so the report, its bootstrap intervals
 and a new decoding choice need no checkpoint. Paths are written relative: SWEEP becomes ``<sweep>`` and each
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import re
 import shutil
 import sys
@@ -34,9 +40,11 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_jobs import find_jobs  # noqa: E402
+from sweep_jobs import SEED_KEY, find_jobs, job_label, job_seed, natural_key, swept_keys  # noqa: E402
 
 EVALUATION_FILES = ("row.json", "results.json", "scores.json")
+# monitors on a 0-1 scale, shown x100 as the docs' tables show scores; any other (a loss) as logged
+PERCENT_MONITORS = ("CIDEr", "Bleu", "METEOR", "ROUGE", "SPICE", "objects", "grounding", "scene_score")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -110,11 +118,63 @@ def copy_job(job: dict, out: Path, aliases: dict[str, str]) -> list[str]:
     return list(written)
 
 
+def monitor_text(value: float, monitor: str) -> str:
+    return f"{value * 100:.1f}" if any(m in monitor for m in PERCENT_MONITORS) else f"{value:.3g}"
+
+
+def runs_table(out: Path, unfinished: list[dict]) -> str:
+    """``runs.md``: a row per job of the record (and per job of the sweep that has not finished, marked so):
+    its configuration and seed, the monitored validation metric per epoch, the best, the train time and
+    BLEU-4 / CIDEr-D at every evaluation setting. Written from the files alone, so it is made again as
+    jobs land and never needs their checkpoints."""
+    jobs = find_jobs(out)
+    groups = [k for k in swept_keys([*jobs, *unfinished]) if k != SEED_KEY]
+    settings = sorted(
+        {p.parent.name for j in jobs for p in (j["dir"] / "compare").glob("*/row.json")}, key=natural_key
+    )
+    monitor = next((j["summary"]["monitor"] for j in jobs if j["summary"].get("monitor")), "val metric")
+    head = ["job", "configuration", "seed", f"{monitor} per epoch", "best (epoch)", "train time",
+            *(f"`{s}` BLEU-4 / CIDEr-D" for s in settings)]  # fmt: skip
+    rows = []
+    for job in sorted([*jobs, *unfinished], key=lambda j: natural_key(j["name"])):
+        summary = job["summary"] or unfinished_summary(job["dir"] / "run.json")
+        history = [(h.get("metrics") or {}).get(monitor) for h in summary.get("history", [])]
+        curve = " / ".join(monitor_text(v, monitor) if v is not None else "–" for v in history) or "–"
+        if job["summary"] is None:
+            logged = f"{len(history)} epoch{'s' if len(history) != 1 else ''} logged"
+            best, minutes = f"not finished ({logged})", "–"
+        else:
+            best_epoch = summary.get("best", {}).get("epoch")
+            best = (
+                f"{monitor_text(summary['best_score'], monitor)} ({best_epoch})"
+                if "best_score" in summary
+                else "–"
+            )
+            minutes = f"{summary['train_seconds'] / 60:.0f} min" if "train_seconds" in summary else "–"
+        scores = []
+        for setting in settings:
+            row_file = job["dir"] / "compare" / setting / "row.json"
+            row = json.loads(row_file.read_text()) if row_file.is_file() else {}
+            has = all(isinstance(row.get(m), (int, float)) for m in ("Bleu_4", "CIDEr"))
+            scores.append(f"{row['Bleu_4'] * 100:.1f} / {row['CIDEr'] * 100:.1f}" if has else "–")
+        cells = [job["name"], job_label(job, groups), str(job_seed(job)), curve, best, minutes, *scores]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join([
+        "| " + " | ".join(head) + " |", "|" + "---|" * len(head), *rows,
+    ]) + "\n"  # fmt: skip
+
+
+def unfinished_summary(path: Path) -> dict:
+    """The run.json a job writes after each validation before its fit ends, or nothing."""
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     jobs = find_jobs(args.sweep)
     if not jobs:
         raise SystemExit(f"sweep_records.py: no job folders (.hydra/overrides.yaml) under {args.sweep}")
+    unfinished = [job for job in jobs if job["summary"] is None]
     for job in jobs:
         if job["summary"] is None:
             print(f"left out: {job['name']}: the job has not finished (no finished run.json)")
@@ -123,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         evaluations = sorted({f.split("/")[1] for f in files if f.startswith("compare/")})
         print(f"{job['name']}: {len(files)} files -> {args.out / job['name']} (evaluations: "
               f"{', '.join(evaluations) or 'none'})")  # fmt: skip
+    recorded = {job["name"] for job in find_jobs(args.out)}
+    table = runs_table(args.out, [job for job in unfinished if job["name"] not in recorded])
+    (args.out / "runs.md").write_text(table)
+    print(f"runs table: {args.out / 'runs.md'}")
     return 0
 
 

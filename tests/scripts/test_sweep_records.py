@@ -61,7 +61,7 @@ def test_the_record_holds_the_small_files_with_paths_made_relative(tmp_path, cap
     assert copied == [
         "0/.hydra/hydra.yaml", "0/.hydra/overrides.yaml",
         *(f"0/compare/{s}/{f}" for s in ("val-beam3", "val-beam5") for f in ("results.json", "row.json", "scores.json")),
-        "0/metrics.csv", "0/run.json",
+        "0/metrics.csv", "0/run.json", "runs.md",
     ]  # fmt: skip
     everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert str(tmp_path) not in everything  # no machine path is left
@@ -75,6 +75,41 @@ def test_the_record_holds_the_small_files_with_paths_made_relative(tmp_path, cap
     }
     # the resumed run's two logs, in order, under one header with every column
     assert (out / "0/metrics.csv").read_text() == "epoch,step,val/CIDEr,lr\n0,10,0.3,\n1,20,,0.001\n"
+    assert "runs table: " in printed
+
+
+def test_the_runs_table_has_every_job_recorded_or_not_finished(tmp_path):
+    sweep, out = tmp_path / "sweep", tmp_path / "record"
+    history = [{"epoch": e, "metrics": {"val/CIDEr": c}} for e, c in enumerate((0.2, 0.45, 0.4))]
+    done = {"monitor": "val/CIDEr", "best_score": 0.45, "best": {"epoch": 1}, "train_seconds": 3000.0,
+            "history": history}  # fmt: skip
+    for num, decoder in enumerate(("soft", "hard")):
+        folder = job(sweep, num, [f"model/decoder={decoder}", "seed=0"])
+        (folder / "run.json").write_text(json.dumps({**done, "checkpoint": "x"}))
+        evaluation(folder, "val-beam5", 0)
+        row = folder / "compare/val-beam5/row.json"
+        row.write_text(json.dumps({**json.loads(row.read_text()), "Bleu_4": 0.2134, "CIDEr": 0.5049 + num}))
+    evaluation(sweep / "1", "val-beam5-hard_attention=expected", 0)  # a reading only the hard job takes
+    running = job(sweep, 2, ["model/decoder=soft", "seed=1"], finished=False)
+    (running / "run.json").write_text(json.dumps({"finished": False, "history": history[:1]}))
+    job(sweep, 3, ["model/decoder=hard", "seed=1"], finished=False)
+    (sweep / "3" / "run.json").unlink()  # failed before its first validation
+    (out / "11" / ".hydra").mkdir(parents=True)  # recorded from an earlier machine: kept in the table
+    (out / "11" / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["model/decoder=hard", "seed=2"]))
+    (out / "11" / "run.json").write_text(json.dumps({**done, "train_seconds": 60.0}))
+    assert records.main([str(sweep), "--out", str(out)]) == 0
+    lines = (out / "runs.md").read_text().splitlines()
+    assert lines[0] == (
+        "| job | configuration | seed | val/CIDEr per epoch | best (epoch) | train time | `val-beam5` BLEU-4 / "
+        "CIDEr-D | `val-beam5-hard_attention=expected` BLEU-4 / CIDEr-D |"
+    )
+    assert lines[2:] == [
+        "| 0 | soft | 0 | 20.0 / 45.0 / 40.0 | 45.0 (1) | 50 min | 21.3 / 50.5 | – |",
+        "| 1 | hard | 0 | 20.0 / 45.0 / 40.0 | 45.0 (1) | 50 min | 21.3 / 150.5 | – |",
+        "| 2 | soft | 1 | 20.0 | not finished (1 epoch logged) | – | – | – |",
+        "| 3 | hard | 1 | – | not finished (0 epochs logged) | – | – | – |",
+        "| 11 | hard | 2 | 20.0 / 45.0 / 40.0 | 45.0 (1) | 1 min | – | – |",
+    ]
 
 
 def test_compare_and_soft_vs_hard_read_the_record_as_a_sweep(tmp_path):
