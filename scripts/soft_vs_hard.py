@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from itertools import product
 from pathlib import Path
@@ -335,20 +336,44 @@ def verdict_lines(report: dict) -> list[str]:
     return lines
 
 
+def short_labels(labels: list[str]) -> list[str]:
+    """Tick labels: the prefix every configuration shares dropped (``flickr8k_``), an extra reading's setting
+    on its own line without the split (``@ beam5-hard_attention=expected``)."""
+    names = [label.split(" @ ")[0] for label in labels]
+    cut = len(os.path.commonprefix(names)) if len(names) > 1 else 0
+    cut = names[0].rfind("_", 0, cut) + 1 if cut else 0  # a whole word of the prefix, never half a name
+    out = []
+    for label, name in zip(labels, names):
+        _, sep, setting = label.partition(" @ ")
+        out.append(name[cut:] + (f"\n@ {setting.partition('-')[2] or setting}" if sep else ""))
+    return out
+
+
 def chart(report: dict, path: Path) -> None:
+    """Per metric a panel: every seed a dot, the mean with its 95% t interval, on the half the report reads
+    (the held-out odd half when the decoding was chosen on the even one)."""
     labels = list(report["configs"])
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(4 + 1.2 * len(labels), 4))
+    part = "odd" if report.get("setting", {}).get("chosen_on") == "even" else "all"
+    chosen = report.get("setting", {}).get("chosen", "")
+    fig, axes = plt.subplots(
+        len(METRICS), 1, sharex=True, figsize=(2.5 + 1.3 * len(labels), 2.3 * len(METRICS))
+    )
     for ax, (m, name) in zip(axes, METRICS.items()):
         for x, label in enumerate(labels):
             e = report["configs"][label]
-            values = [100 * v[m] for v in e["per_seed"]["all"].values()]
-            ax.plot(np.full(len(values), x), values, "o", alpha=0.7)
-            s = e["summary"]["all"][m]
+            values = [100 * v[m] for v in e["per_seed"][part].values()]
+            ax.plot(np.full(len(values), x - 0.08), values, "o", alpha=0.7, color=f"C{x}")
+            s = e["summary"][part][m]
             if not np.isnan(s["ci95"]):
-                ax.errorbar(x + 0.15, 100 * s["mean"], yerr=100 * s["ci95"], fmt="k_", capsize=4)
-        ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
-        ax.set_ylabel(f"{name} (x100); dots: seeds, bar: mean ± 95% CI")
+                ax.errorbar(x + 0.08, 100 * s["mean"], yerr=100 * s["ci95"], fmt="k_", capsize=4)
+        ax.set_ylabel(f"{name} (×100)")
         ax.grid(axis="y", alpha=0.3)
+    axes[-1].set_xticks(range(len(labels)), short_labels(labels), fontsize=8)
+    where = "held-out odd half of" if part == "odd" else "all of"
+    fig.suptitle(
+        f"{where} {report.get('images', '?')} images, {chosen or 'one setting'}: dots = seeds, bar = mean ± 95% t interval",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

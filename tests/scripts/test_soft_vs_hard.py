@@ -184,3 +184,19 @@ def test_jobs_are_labelled_by_the_sweep_as_it_is_not_by_the_row_stored_when_firs
         "flickr8k_soft": [0],
     }
     assert missing == []
+
+
+def test_the_charts_labels_drop_the_shared_prefix_and_name_an_extra_readings_setting():
+    labels = [
+        "flickr8k_soft",
+        "flickr8k_hard_gumbel",
+        "flickr8k_hard_gumbel @ val-beam5-hard_attention=expected",
+    ]
+    assert soft_vs_hard.short_labels(labels) == [
+        "soft",
+        "hard_gumbel",
+        "hard_gumbel\n@ beam5-hard_attention=expected",
+    ]
+    assert soft_vs_hard.short_labels(["hard_a", "hard_b"]) == ["a", "b"]  # a whole word of the prefix only
+    assert soft_vs_hard.short_labels(["softer", "soft"]) == ["softer", "soft"]  # never half a name
+    assert soft_vs_hard.short_labels(["soft"]) == ["soft"]
