@@ -46,7 +46,7 @@ from captioning.metrics.bootstrap import ImageStats, image_stats, mean_ci, paire
 from captioning.metrics.coco import tokenize_captions  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_jobs import SEED_KEY, find_jobs, job_label, job_seed, swept_keys  # noqa: E402
+from sweep_jobs import SEED_KEY, find_jobs, job_label, job_seed, natural_key, swept_keys  # noqa: E402
 
 # BLEU-4 as coco-caption computes it, and without its brevity penalty as Xu et al. (2015) report it.
 METRICS = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 without BP", "CIDEr": "CIDEr-D"}
@@ -87,17 +87,26 @@ def find_runs(root: Path) -> tuple[dict[str, dict[int, dict[str, Path]]], list[s
     jobs = find_jobs(root)
     group_keys = [k for k in swept_keys(jobs) if k != SEED_KEY]
     now = {job["dir"]: (job_label(job, group_keys), job_seed(job)) for job in jobs}
+    source: dict[tuple[str, int], Path] = {}  # (label, seed) -> the job folder it was read from
     for row_file in sorted(root.rglob("compare/*/row.json")):
         row = json.loads(row_file.read_text())
         results = row_file.with_name("results.json")
         if results.is_file():
-            label, seed = now.get(row_file.parent.parent.parent.resolve(), (row["label"], row["seed"]))
+            job_dir = row_file.parent.parent.parent.resolve()
+            label, seed = now.get(job_dir, (row["label"], row["seed"]))
+            first = source.setdefault((str(label), int(seed)), job_dir)
+            if first != job_dir:
+                raise SystemExit(
+                    f"error: {first.name} and {job_dir.name} under {root} are both {label} seed {seed}: one run "
+                    "per configuration and seed (move one away, or give it another seed)"
+                )
             seeds = runs.setdefault(str(label), {})
             seeds.setdefault(int(seed), {})[row_file.parent.name] = results
     if runs:
         evaluated = {p.parent.parent.parent for p in root.rglob("compare/*/row.json")}
         missing = sorted(
-            str(j.parent.relative_to(root)) for j in root.rglob(".hydra") if j.parent not in evaluated
+            (str(j.parent.relative_to(root)) for j in root.rglob(".hydra") if j.parent not in evaluated),
+            key=natural_key,
         )
         return runs, missing
     folder = root / "runs"
@@ -379,6 +388,21 @@ def chart(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def shown(argv: list[str]) -> list[str]:
+    """The command's words as the report prints them: a path under the working folder relative to it (also
+    after ``key=``), so a report made with absolute paths names no machine's folders."""
+    here = Path.cwd()
+
+    def one(word: str) -> str:
+        key, sep, value = word.rpartition("=") if "=" in word and not word.startswith("/") else ("", "", word)
+        path = Path(value)
+        if path.is_absolute() and path.is_relative_to(here):
+            value = path.relative_to(here).as_posix() or "."
+        return f"{key}{sep}{value}"
+
+    return [one(word) for word in argv]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runs, missing = find_runs(args.runs)
@@ -395,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     report["failed_or_unfinished"] = missing
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "python scripts/soft_vs_hard.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python scripts/soft_vs_hard.py " + " ".join(shown(argv if argv is not None else sys.argv[1:]))
     (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / "report.md").write_text(markdown(report, missing, command))
     chart(report, args.out / "seeds.png")

@@ -8,17 +8,24 @@ evaluations and the record, then the two reports.
 
 The grid is ``--experiments`` x ``--seeds`` (default: the four decoders, seeds 0-2). Pair (E, S) is job
 ``S x len(experiments) + E's place``, the number ``captioning-train -m seed=0,1,2 experiment=a,b,c,d`` gives
-it (seed-major), so either way of running fills the same sweep. A job folder that already holds another
+it (seed-major, seeds counted from 0 whatever ``--seeds`` holds: ``--seeds 1,2`` keeps seed 1 at the
+numbers of the whole grid), so either way of running fills the same sweep. A job folder that already holds another
 pair (another grid on the same root) is refused, never trained over. Each pair is one chain, run in order:
 
 1. cross-entropy: ``captioning-train -m seed=S experiment=E <XE recipe> hydra.sweep.dir=ROOT/xe
-   hydra.sweep.subdir=N ckpt_path=auto``;
+   hydra.sweep.subdir=N ckpt_path=auto`` (not launched when job N has finished: launching it again would
+   rewrite its ``.hydra/`` with the overrides of this call);
 2. ``compare.py`` on that job at each decoding setting (beam 3, beam 5, beam 5 with length penalty 1, and
    the expected-context reading when the experiment's attention layer declares it: hard attention);
-3. SCST from it: ``scst_sweep.py ROOT/xe --out ROOT/scst --only seed=S --only experiment=E <SCST recipe>``;
-4. ``compare.py`` on the SCST job at the same settings;
-5. with ``--record DIR``: ``sweep_records.py`` of both sweeps into ``DIR/xe`` and ``DIR/scst`` (every job the
-   machine has; one chain at a time, across processes), so the captions outlive the checkpoints.
+3. with ``--record DIR``: ``sweep_records.py ROOT/xe --out DIR/xe`` (every job the machine has, unfinished
+   ones marked so; one writer at a time, across processes), so the captions outlive the checkpoints and the
+   cross-entropy run is kept even if its SCST fails;
+4. SCST from it: ``scst_sweep.py ROOT/xe --out ROOT/scst --only seed=S --only experiment=E <SCST recipe>``;
+5. ``compare.py`` on the SCST job at the same settings;
+6. with ``--record DIR``: ``sweep_records.py ROOT/scst --out DIR/scst``.
+
+When every chain has ended, both records are written once more (a chain that failed leaves its jobs there,
+marked unfinished, never dropped), then the reports.
 
 Every step resumes (finished runs are not trained again, stopped ones resume from ``last.ckpt``, evaluations
 made with the same settings are reused), so the command is run again after an interruption; with
@@ -26,7 +33,8 @@ made with the same settings are reused), so the command is run again after an in
 again), so a new machine without the checkpoints does not retrain what is recorded. The SCST run follows its
 own cross-entropy run in the same chain: on a machine that is handed back with its checkpoints, a pair
 started is a pair finished. ``--parallel N`` runs N chains at once (``OMP_NUM_THREADS=1`` each unless set);
-a pair another process is running is left to it. A failing step stops its own chain only; the chain is named
+a pair another process is running (its lock, or its job folder's, is held) is left to it, not counted as
+a failure. A failing step stops its own chain only; the chain is named
 with the end of its log (``ROOT/logs/<experiment>-seed<S>.log``) and the exit status is 1. At the end
 ``soft_vs_hard.py`` reports each objective into ``DIR/report/{xe,scst}`` (``ROOT/report`` without
 ``--record``) once the baseline and one other experiment have finished runs there.
@@ -151,8 +159,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             composed(experiment)
     except ValueError as err:
         p.error(str(err))
-    if args.data is None:
-        args.data = composed(args.baseline)[1]["data"]
+    if args.data is None:  # the data the runs train on: an --xe data=NAME, else the baseline experiment's
+        data = [value for key, value in map(parse_override, args.xe) if key == "data"]
+        args.data = data[-1] if data else composed(args.baseline)[1]["data"]
     return args
 
 
@@ -218,12 +227,14 @@ def chain(args: argparse.Namespace, experiment: str, seed: int, job: int) -> lis
     train = [*captioning_train(), "-m", f"seed={seed}", f"experiment={experiment}", *with_overrides(XE_RECIPE, args.xe),
              f"hydra.sweep.dir={xe.resolve()}", f"hydra.sweep.subdir={job}", "ckpt_path=auto"]  # fmt: skip
     only = pair_only(seed, experiment)
-    steps = [("cross-entropy", train)]
+    finished = finished_summary(xe / str(job) / "run.json") is not None
+    steps = [] if finished else [("cross-entropy", train)]
     steps += [("evaluate cross-entropy", cmd) for cmd in evaluations(xe, seed, experiment, scratch / "xe")]
+    steps += record_steps(args)[:1]  # the cross-entropy run is kept even if its SCST fails
     steps.append(("SCST", [sys.executable, str(SCRIPTS / "scst_sweep.py"), str(xe), "--out", str(scst), *only,
                            *with_overrides(SCST_RECIPE, args.scst)]))  # fmt: skip
     steps += [("evaluate SCST", cmd) for cmd in evaluations(scst, seed, experiment, scratch / "scst")]
-    return steps
+    return steps + record_steps(args)[1:]
 
 
 def record_steps(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
@@ -262,18 +273,21 @@ def not_reportable(sweep: Path, baseline: str) -> str | None:
 
 
 def pair_conflict(args: argparse.Namespace, experiment: str, seed: int, job: int) -> str | None:
-    """Another pair's run in the job's folder (a grid of other experiments or seeds on this root), else None."""
-    overrides_file = args.root / "xe" / str(job) / ".hydra" / "overrides.yaml"
-    if not overrides_file.is_file():
-        return None
-    have = dict(parse_override(str(o)) for o in yaml.safe_load(overrides_file.read_text()) or [])
-    if have.get("seed") == str(seed) and have.get("experiment") == experiment:
-        return None
-    return (
-        f"{overrides_file.parent.parent} holds seed={have.get('seed')} experiment={have.get('experiment')}, not "
-        f"seed={seed} experiment={experiment}: another grid used this root (keep --experiments and --seeds "
-        "as they were, or use another --root)"
-    )
+    """Another pair's run in the job's folders (a grid of other experiments or seeds on this root, or in the
+    record), else None: never trained over, never taken for this pair's record."""
+    sweeps = [args.root / "xe", args.root / "scst"]
+    sweeps += [args.record / "xe", args.record / "scst"] if args.record is not None else []
+    for overrides_file in (sweep / str(job) / ".hydra" / "overrides.yaml" for sweep in sweeps):
+        if not overrides_file.is_file():
+            continue
+        have = dict(parse_override(str(o)) for o in yaml.safe_load(overrides_file.read_text()) or [])
+        if have.get("seed") != str(seed) or have.get("experiment") != experiment:
+            return (
+                f"{overrides_file.parent.parent} holds seed={have.get('seed')} experiment={have.get('experiment')}, "
+                f"not seed={seed} experiment={experiment}: another grid used this folder (keep --experiments and "
+                "--seeds as they were, or use another --root / --record)"
+            )
+    return None
 
 
 def recorded(args: argparse.Namespace, experiment: str, job: int) -> bool:
@@ -321,12 +335,26 @@ def run_steps(steps: list[tuple[str, list[str]]], log: Path, shared_lock: Path |
     return None
 
 
-def run_chain(args: argparse.Namespace, name: str, steps: list[tuple[str, list[str]]]) -> str | None:
-    """One pair's chain under its own lock; "running elsewhere" when another process holds it."""
-    with file_lock(args.root / "locks" / f"{name}.lock", wait=False) as mine:
-        if not mine:
-            return "running elsewhere (another process holds its lock)"
-        return run_steps(steps, args.root / "logs" / f"{name}.log", args.root / "locks" / "records.lock")
+HELD = "held"  # run_chain's answer for a pair (or its job folder) another process is running
+
+
+def run_chain(
+    args: argparse.Namespace, name: str, pair: tuple[str, int, int], steps: list[tuple[str, list[str]]]
+) -> str | None:
+    """One pair's chain under its lock and its job folder's (a grid of other experiments on this root
+    numbers other pairs into the same folders); ``HELD`` when another process holds either, the failed
+    step, or None. The folder is checked again under the locks: another grid may have started in it since."""
+    experiment, seed, job = pair
+    locks = args.root / "locks"
+    with (
+        file_lock(locks / f"{name}.lock", wait=False) as mine,
+        file_lock(locks / f"job-{job}.lock", wait=False) as folder,
+    ):
+        if not (mine and folder):
+            return HELD
+        if conflict := pair_conflict(args, experiment, seed, job):
+            return f"the start (refused: {conflict})"
+        return run_steps(steps, args.root / "logs" / f"{name}.log", locks / "records.lock")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,11 +376,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name}: recorded in {args.record} at every setting (job {n}): skipped; --force runs it again"
             )
         else:
-            chains[name] = [*chain(args, e, s, n), *record_steps(args)]
+            chains[name] = ((e, s, n), chain(args, e, s, n))
     for name, conflict in problems.items():
         print(f"{name}: REFUSED: {conflict}")
     if args.dry_run:
-        for name, steps in chains.items():
+        for name, (_, steps) in chains.items():
             print(f"# {name}")
             for step, cmd in steps:
                 print(f"{step}: {shlex.join(cmd)}")
@@ -363,14 +391,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(chains)} chains, {args.parallel} at a time; logs in {args.root / 'logs'}")
     failed = list(problems)
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        futures = {name: pool.submit(run_chain, args, name, steps) for name, steps in chains.items()}
+        futures = {name: pool.submit(run_chain, args, name, *chain_) for name, chain_ in chains.items()}
         for name, future in futures.items():
             if (step := future.result()) is None:
                 print(f"{name}: done")
+            elif step == HELD:
+                print(f"{name}: left to the process that holds its lock (it is running there)")
             else:
                 failed.append(name)
                 tail = log_tail(args.root / "logs" / f"{name}.log")
                 print(f"{name}: FAILED at {step}; the end of its log:\n    {tail}")
+    # the record again, every job as it stands now: a chain that failed keeps what it finished
+    bad = run_steps(
+        record_steps(args) if chains else [],
+        args.root / "logs" / "record.log",
+        args.root / "locks" / "records.lock",
+    )
+    if bad is not None:
+        failed.append(bad)
+        print(f"record: FAILED at {bad}; see {args.root / 'logs' / 'record.log'}")
     for step, cmd in report_steps(args):
         if why := not_reportable(Path(cmd[2]), args.baseline):
             print(f"{step}: not made yet: {why}")

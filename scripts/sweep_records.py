@@ -13,8 +13,8 @@ under ``--out/<job>/``:
 - every evaluation ``scripts/compare.py`` left in ``compare/<setting>/``: ``row.json``, ``results.json``
   (one caption per image) and ``scores.json``.
 
-and writes ``--out/runs.md``, a table of every job recorded there (also from earlier machines) and every job
-of SWEEP that has not finished (marked so, never dropped): configuration, seed, the monitored validation
+and writes ``--out/runs.md``, a table of every job recorded there (also from earlier machines; one not
+finished is marked so): configuration, seed, the monitored validation
 metric per epoch, the best, train time, and BLEU-4 / CIDEr-D at each evaluation setting. A docs page takes
 it in with ``--8<-- "<out>/runs.md"``.
 
@@ -22,8 +22,10 @@ it in with ``--8<-- "<out>/runs.md"``.
 reuses each ``row.json``; soft_vs_hard.py scores the captions again), so the report, its bootstrap intervals
 and a new decoding choice need no checkpoint. Paths are written relative: SWEEP becomes ``<sweep>`` and each
 ``--alias PATH=NAME`` (an SCST sweep's ``init_from`` names the cross-entropy sweep) becomes NAME. Copying
-again replaces a job's record (a job evaluated at one more setting gains its folder); jobs that have not
-finished are left out and named.
+again replaces a job's record (a job evaluated at one more setting gains its folder). A job that has not
+finished (running, stopped or failed) is recorded with what it has (overrides, its unfinished run.json and
+logs), so the tables and reports list it as not finished instead of dropping it; it never replaces a
+finished record of the same job (an earlier machine's).
 """
 
 from __future__ import annotations
@@ -40,7 +42,15 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep_jobs import SEED_KEY, find_jobs, job_label, job_seed, natural_key, swept_keys  # noqa: E402
+from sweep_jobs import (  # noqa: E402
+    SEED_KEY,
+    find_jobs,
+    finished_summary,
+    job_label,
+    job_seed,
+    natural_key,
+    swept_keys,
+)
 
 EVALUATION_FILES = ("row.json", "results.json", "scores.json")
 # monitors on a 0-1 scale, shown x100 as the docs' tables show scores; any other (a loss) as logged
@@ -59,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"{args.sweep} is not a folder: expected a sweep")
     aliases = {str(args.sweep.resolve()): "<sweep>"}
     for text in args.alias:
-        path, sep, name = text.partition("=")
+        path, sep, name = text.rpartition("=")  # a folder may hold "=" (runs/lr=2e-4), a name does not
         if not sep or not path or not name:
             p.error(f"--alias {text!r}: expected PATH=NAME")
         aliases[str(Path(path).resolve())] = name
@@ -105,7 +115,8 @@ def copy_job(job: dict, out: Path, aliases: dict[str, str]) -> list[str]:
     written = {".hydra/overrides.yaml": (src / ".hydra" / "overrides.yaml").read_text()}
     hydra = {"job": {"num": job["num"]}, "runtime": {"choices": job["choices"]}}
     written[".hydra/hydra.yaml"] = yaml.safe_dump({"hydra": hydra}, sort_keys=False)
-    written["run.json"] = (src / "run.json").read_text()
+    if (src / "run.json").is_file():  # a job that failed before its first validation has none
+        written["run.json"] = (src / "run.json").read_text()
     if (metrics := merged_metrics(src)) is not None:
         written["metrics.csv"] = metrics
     for folder in sorted(p for p in (src / "compare").glob("*") if (p / "row.json").is_file()):
@@ -122,35 +133,34 @@ def monitor_text(value: float, monitor: str) -> str:
     return f"{value * 100:.1f}" if any(m in monitor for m in PERCENT_MONITORS) else f"{value:.3g}"
 
 
-def runs_table(out: Path, unfinished: list[dict]) -> str:
-    """``runs.md``: a row per job of the record (and per job of the sweep that has not finished, marked so):
-    its configuration and seed, the monitored validation metric per epoch, the best, the train time and
-    BLEU-4 / CIDEr-D at every evaluation setting. Written from the files alone, so it is made again as
-    jobs land and never needs their checkpoints."""
+def runs_table(out: Path) -> str:
+    """``runs.md``: a row per job of the record, finished or not (marked so): its configuration and seed, the
+    monitored validation metric per epoch (the first is epoch 0), the best and its epoch, the train time and
+    BLEU-4 / CIDEr-D at every evaluation setting. Written from the files alone, so it is made again as jobs
+    land and never needs their checkpoints."""
     jobs = find_jobs(out)
-    groups = [k for k in swept_keys([*jobs, *unfinished]) if k != SEED_KEY]
+    groups = [k for k in swept_keys(jobs) if k != SEED_KEY]
     settings = sorted(
         {p.parent.name for j in jobs for p in (j["dir"] / "compare").glob("*/row.json")}, key=natural_key
     )
-    monitor = next((j["summary"]["monitor"] for j in jobs if j["summary"].get("monitor")), "val metric")
-    head = ["job", "configuration", "seed", f"{monitor} per epoch", "best (epoch)", "train time",
+    monitor = next(
+        (j["summary"]["monitor"] for j in jobs if (j["summary"] or {}).get("monitor")), "val metric"
+    )
+    head = ["job", "configuration", "seed", f"{monitor} per epoch (from 0)", "best (epoch)", "train time",
             *(f"`{s}` BLEU-4 / CIDEr-D" for s in settings)]  # fmt: skip
     rows = []
-    for job in sorted([*jobs, *unfinished], key=lambda j: natural_key(j["name"])):
+    for job in jobs:
         summary = job["summary"] or unfinished_summary(job["dir"] / "run.json")
-        history = [(h.get("metrics") or {}).get(monitor) for h in summary.get("history", [])]
+        history = [(h.get("metrics") or {}).get(monitor) for h in summary.get("history") or []]
         curve = " / ".join(monitor_text(v, monitor) if v is not None else "–" for v in history) or "–"
         if job["summary"] is None:
             logged = f"{len(history)} epoch{'s' if len(history) != 1 else ''} logged"
             best, minutes = f"not finished ({logged})", "–"
         else:
-            best_epoch = summary.get("best", {}).get("epoch")
-            best = (
-                f"{monitor_text(summary['best_score'], monitor)} ({best_epoch})"
-                if "best_score" in summary
-                else "–"
-            )
-            minutes = f"{summary['train_seconds'] / 60:.0f} min" if "train_seconds" in summary else "–"
+            best_epoch = (summary.get("best") or {}).get("epoch", "?")
+            score = summary.get("best_score")
+            best = f"{monitor_text(score, monitor)} ({best_epoch})" if score is not None else "none"
+            minutes = f"{summary['train_seconds'] / 60:.0f} min" if summary.get("train_seconds") else "–"
         scores = []
         for setting in settings:
             row_file = job["dir"] / "compare" / setting / "row.json"
@@ -174,18 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     jobs = find_jobs(args.sweep)
     if not jobs:
         raise SystemExit(f"sweep_records.py: no job folders (.hydra/overrides.yaml) under {args.sweep}")
-    unfinished = [job for job in jobs if job["summary"] is None]
     for job in jobs:
-        if job["summary"] is None:
-            print(f"left out: {job['name']}: the job has not finished (no finished run.json)")
+        if job["summary"] is None and finished_summary(args.out / job["name"] / "run.json") is not None:
+            print(f"{job['name']}: not finished here; its finished record (an earlier run) is kept")
             continue
         files = copy_job(job, args.out, args.aliases)
+        if job["summary"] is None:
+            print(
+                f"{job['name']}: not finished (running, stopped or failed): recorded as such, {len(files)} files"
+            )
+            continue
         evaluations = sorted({f.split("/")[1] for f in files if f.startswith("compare/")})
         print(f"{job['name']}: {len(files)} files -> {args.out / job['name']} (evaluations: "
               f"{', '.join(evaluations) or 'none'})")  # fmt: skip
-    recorded = {job["name"] for job in find_jobs(args.out)}
-    table = runs_table(args.out, [job for job in unfinished if job["name"] not in recorded])
-    (args.out / "runs.md").write_text(table)
+    (args.out / "runs.md").write_text(runs_table(args.out))
     print(f"runs table: {args.out / 'runs.md'}")
     return 0
 

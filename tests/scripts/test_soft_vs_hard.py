@@ -200,3 +200,33 @@ def test_the_charts_labels_drop_the_shared_prefix_and_name_an_extra_readings_set
     assert soft_vs_hard.short_labels(["hard_a", "hard_b"]) == ["a", "b"]  # a whole word of the prefix only
     assert soft_vs_hard.short_labels(["softer", "soft"]) == ["softer", "soft"]  # never half a name
     assert soft_vs_hard.short_labels(["soft"]) == ["soft"]
+
+
+def test_two_jobs_of_one_configuration_and_seed_are_refused_by_name(tmp_path):
+    # the same pair trained twice (e.g. a record that skipped the wrong pair), beside another experiment
+    for job, experiment in (("0", "flickr8k_soft"), ("3", "flickr8k_transformer"), ("4", "flickr8k_soft")):
+        folder = tmp_path / job
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "overrides.yaml").write_text(f"- seed=0\n- experiment={experiment}\n")
+        (folder / "compare" / "val-beam5").mkdir(parents=True)
+        (folder / "compare" / "val-beam5" / "row.json").write_text(json.dumps({"label": "x", "seed": 0}))
+        (folder / "compare" / "val-beam5" / "results.json").write_text("[]")
+    with pytest.raises(
+        SystemExit, match="0 and 4 under .* are both flickr8k_soft seed 0: one run per configuration"
+    ):
+        soft_vs_hard.find_runs(tmp_path)
+
+
+def test_the_reports_command_names_no_machine_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [
+        str(tmp_path / "docs" / "xe"),
+        "--out",
+        str(tmp_path / "docs" / "r"),
+        f"paths.val_json={tmp_path}/v.json",
+    ]
+    assert soft_vs_hard.shown(argv) == ["docs/xe", "--out", "docs/r", "paths.val_json=v.json"]
+    assert soft_vs_hard.shown(["/elsewhere/xe", "data.val.num_images=5"]) == [
+        "/elsewhere/xe",
+        "data.val.num_images=5",
+    ]

@@ -55,13 +55,15 @@ def test_the_record_holds_the_small_files_with_paths_made_relative(tmp_path, cap
     out = tmp_path / "docs" / "scst"
     assert records.main([str(sweep), "--out", str(out), "--alias", f"{xe}=<xe sweep>"]) == 0
     printed = capsys.readouterr().out
-    assert "left out: 1: the job has not finished" in printed
+    assert "1: not finished (running, stopped or failed): recorded as such, 4 files" in printed
     assert "0: 10 files" in printed and "(evaluations: val-beam3, val-beam5)" in printed
     copied = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert copied == [
         "0/.hydra/hydra.yaml", "0/.hydra/overrides.yaml",
         *(f"0/compare/{s}/{f}" for s in ("val-beam3", "val-beam5") for f in ("results.json", "row.json", "scores.json")),
-        "0/metrics.csv", "0/run.json", "runs.md",
+        "0/metrics.csv", "0/run.json",
+        "1/.hydra/hydra.yaml", "1/.hydra/overrides.yaml", "1/metrics.csv", "1/run.json",  # listed, never dropped
+        "runs.md",
     ]  # fmt: skip
     everything = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert str(tmp_path) not in everything  # no machine path is left
@@ -94,14 +96,22 @@ def test_the_runs_table_has_every_job_recorded_or_not_finished(tmp_path):
     (running / "run.json").write_text(json.dumps({"finished": False, "history": history[:1]}))
     job(sweep, 3, ["model/decoder=hard", "seed=1"], finished=False)
     (sweep / "3" / "run.json").unlink()  # failed before its first validation
-    (out / "11" / ".hydra").mkdir(parents=True)  # recorded from an earlier machine: kept in the table
-    (out / "11" / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["model/decoder=hard", "seed=2"]))
+    for num in (11, 12):  # recorded from an earlier machine: kept in the table
+        (out / str(num) / ".hydra").mkdir(parents=True)
+        (out / str(num) / ".hydra" / "overrides.yaml").write_text(
+            yaml.safe_dump(["model/decoder=hard", "seed=2"])
+        )
     (out / "11" / "run.json").write_text(json.dumps({**done, "train_seconds": 60.0}))
+    # finished without a validation (its time ran out in epoch 0): no best, and said so
+    (out / "12" / "run.json").write_text(
+        json.dumps({**done, "best": None, "best_score": None, "history": []})
+    )
+    job(sweep, 12, ["model/decoder=hard", "seed=2"], finished=False)  # a rerun, stopped: the record stays
     assert records.main([str(sweep), "--out", str(out)]) == 0
     lines = (out / "runs.md").read_text().splitlines()
     assert lines[0] == (
-        "| job | configuration | seed | val/CIDEr per epoch | best (epoch) | train time | `val-beam5` BLEU-4 / "
-        "CIDEr-D | `val-beam5-hard_attention=expected` BLEU-4 / CIDEr-D |"
+        "| job | configuration | seed | val/CIDEr per epoch (from 0) | best (epoch) | train time | `val-beam5` "
+        "BLEU-4 / CIDEr-D | `val-beam5-hard_attention=expected` BLEU-4 / CIDEr-D |"
     )
     assert lines[2:] == [
         "| 0 | soft | 0 | 20.0 / 45.0 / 40.0 | 45.0 (1) | 50 min | 21.3 / 50.5 | – |",
@@ -109,7 +119,10 @@ def test_the_runs_table_has_every_job_recorded_or_not_finished(tmp_path):
         "| 2 | soft | 1 | 20.0 | not finished (1 epoch logged) | – | – | – |",
         "| 3 | hard | 1 | – | not finished (0 epochs logged) | – | – | – |",
         "| 11 | hard | 2 | 20.0 / 45.0 / 40.0 | 45.0 (1) | 1 min | – | – |",
+        "| 12 | hard | 2 | – | none | 50 min | – | – |",
     ]
+    runs, missing = soft_vs_hard.find_runs(out)  # the report lists what has no captions, never drops it
+    assert sorted(runs) == ["hard", "soft"] and missing == ["2", "3", "11", "12"]
 
 
 def test_compare_and_soft_vs_hard_read_the_record_as_a_sweep(tmp_path):
