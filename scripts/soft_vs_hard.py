@@ -7,7 +7,8 @@ Reads the captions of every run a sweep aggregated by ``scripts/compare.py`` lef
 image: ``JOB/compare/<split>-beam<k>/results.json`` with the job's label and seed in row.json beside it; or
 the older ``RUNS/runs/<label>-seed<k>/results.json``), scores every run against the split's references,
 and writes
-``report.md``, ``report.json`` and ``seeds.png`` to ``--out``:
+``report.md``, ``report.json``, ``seeds.png`` and ``summary.md`` (the held-out reading at a glance, for a
+docs page to include) to ``--out``:
 - per configuration: BLEU-4 (with and without the brevity penalty: coco-caption applies it, Xu et al.'s
   BLEU did not) and CIDEr-D, mean ± sample std over seeds with the 95% t interval of the mean,
   on the whole split and on its two halves (even / odd positions of the sorted image ids), so a decoding
@@ -322,6 +323,46 @@ def markdown(report: dict, missing: list[str], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary_table(report: dict) -> str:
+    """``summary.md``: the report at a glance, read where the decoding was not chosen (the held-out odd half,
+    else the whole split): per configuration its seeds' mean ± std, and against the baseline the difference
+    with its 95% paired bootstrap interval and the seed pairs it wins. No links, so a docs page can take it
+    in with ``--8<--``."""
+    part = "odd" if report["setting"]["candidates"] else "all"
+    base = report["baseline"]
+    n = report["images"]
+    where = f"the held-out odd half ({n // 2} of {n} images)" if part == "odd" else f"all {n} images"
+    short = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 no BP", "CIDEr": "CIDEr-D"}
+    head = ["configuration", "seeds", *short.values(), *(f"Δ {name} [95%]" for name in short.values()),
+            "seed pairs above (CIDEr-D)"]  # fmt: skip
+    lines = [
+        f"At `{report['setting']['chosen']}`, on {where}, ×100: mean ± std over seeds; Δ: minus `{base}`, with "
+        "the 95% paired bootstrap interval (images resampled, seeds pooled per image).",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for label, e in report["configs"].items():
+        stats = e["summary"][part]
+        cells = [f"{100 * stats[m]['mean']:.1f}" + ("" if np.isnan(stats[m]["std"]) else f" ± {100 * stats[m]['std']:.1f}")
+                 for m in METRICS]  # fmt: skip
+        diffs = e["vs_baseline"].get(part, {})
+        for m in METRICS:
+            d = diffs.get(m)
+            cells.append(
+                f"{100 * d['delta']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+                + (" *" if d["significant"] else "")
+                if d
+                else "–"
+            )
+        d = diffs.get("CIDEr")
+        n_pairs = len(e["seeds"]) * len(report["configs"][base]["seeds"])
+        cells.append(f"{round(d['seed_pair_wins'] * n_pairs)} of {n_pairs}" if d else "–")
+        lines.append(f"| {label} | {len(e['seeds'])} | " + " | ".join(cells) + " |")
+    lines += ["", "\\* the interval excludes 0."]
+    return "\n".join(lines) + "\n"
+
+
 def verdict_lines(report: dict) -> list[str]:
     """Which differences from the baseline are significant, read where the decoding was not chosen: the odd
     half when it was chosen on the even one, else the whole split."""
@@ -422,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python scripts/soft_vs_hard.py " + " ".join(shown(argv if argv is not None else sys.argv[1:]))
     (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / "report.md").write_text(markdown(report, missing, command))
+    (args.out / "summary.md").write_text(summary_table(report))
     chart(report, args.out / "seeds.png")
     print((args.out / "report.md").read_text())
     return 0

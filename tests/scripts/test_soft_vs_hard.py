@@ -74,6 +74,18 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
     assert "Read on the whole split" in md
     assert f"- hard against soft: below on BLEU-4 ({100 * got['Bleu_4']['delta']:+.2f}" in md
     assert f"below on CIDEr-D ({100 * d['delta']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}])" in md
+    summary = (out / "summary.md").read_text()  # at a glance: the whole split here (one setting, none chosen)
+    assert summary.startswith(f"At `runs`, on all {N} images, ×100")
+    c = report["configs"]["hard"]["summary"]["all"]["CIDEr"]
+    assert (
+        f"| hard | 2 | {100 * report['configs']['hard']['summary']['all']['Bleu_4']['mean']:.1f} ± "
+        in summary
+    )
+    assert f"{100 * c['mean']:.1f} ± {100 * c['std']:.1f} |" in summary
+    assert (
+        f"| {100 * d['delta']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] * | 0 of 6 |" in summary
+    )
+    assert "| soft | 3 |" in summary and summary.count("| – |") >= 1
     ratio = report["configs"]["hard"]["per_seed"]["all"]["0"]["length_ratio"]  # JSON: seeds as text
     assert ratio == pytest.approx(stats(bad[0]).length_ratio()) and ratio < 1  # truncated captions
 
