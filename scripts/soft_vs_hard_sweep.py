@@ -59,7 +59,7 @@ import os
 import shlex
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
 from functools import cache
 from pathlib import Path
@@ -391,8 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(chains)} chains, {args.parallel} at a time; logs in {args.root / 'logs'}")
     failed = list(problems)
     with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        futures = {name: pool.submit(run_chain, args, name, *chain_) for name, chain_ in chains.items()}
-        for name, future in futures.items():
+        futures = {pool.submit(run_chain, args, name, *chain_): name for name, chain_ in chains.items()}
+        for future in as_completed(futures):  # said as each chain ends, not in the order they were started
+            name = futures[future]
             if (step := future.result()) is None:
                 print(f"{name}: done")
             elif step == HELD:
