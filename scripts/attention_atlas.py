@@ -15,8 +15,10 @@ model samples (training) or takes the argmax of (inference) that distribution.
 ``entropy.json``: per model, the entropy H(α_t) = -Σ_i α_ti log α_ti of every word's attention over the
 grid on the model's own greedy captions of ``--entropy-images`` photos (nats; mean ± std over words, and as a
 fraction of log L, the entropy of uniform attention over the L cells), plus the mean mass of the largest
-cell. Soft attention spreads mass; a peaked distribution (low entropy, large top cell) is what "hard"
-means on photos.
+cell, and whether that peak moves with the words: the distinct peak cells per caption and the share of a
+caption's words that peak on its most used cell (1.0: one fixed place for every word). Soft attention
+spreads mass; a peaked distribution (low entropy, large top cell) is what "hard" means on photos, and a
+peak that moves with the words is what makes it attention rather than a fixed place.
 """
 
 from __future__ import annotations
@@ -68,9 +70,14 @@ def alphas(model: Captioner, image: Image.Image, tokens: list[str]) -> np.ndarra
 
 
 def entropy_stats(maps: list[np.ndarray], cells: int) -> dict:
+    """Entropy and peak mass over every word of every caption (``maps``: one (T, L) array per caption), and
+    whether the peak moves with the words: a peaked map that sits on the same cell for every word is a
+    location prior, not attention to what each word names."""
     a = np.concatenate(maps).astype(np.float64)  # (words, L)
     h = -(a * np.log(np.clip(a, 1e-12, None))).sum(1)  # (words,) nats
     top = a.max(1)
+    peaks = [m.argmax(1) for m in maps if len(m)]  # per caption: (T,) the cell each word peaks on
+    modal_share = [np.bincount(p).max() / len(p) for p in peaks]  # words on the caption's most used cell
     return {
         "words": len(a),
         "entropy_mean": float(h.mean()),
@@ -79,6 +86,8 @@ def entropy_stats(maps: list[np.ndarray], cells: int) -> dict:
         "uniform_entropy": math.log(cells),
         "top_cell_mass_mean": float(top.mean()),
         "top_cell_mass_std": float(top.std(ddof=1)),
+        "distinct_peak_cells_per_caption": float(np.mean([len(set(p.tolist())) for p in peaks])),
+        "words_on_the_captions_modal_cell": float(np.mean(modal_share)),
     }
 
 

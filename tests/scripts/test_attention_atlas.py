@@ -37,6 +37,14 @@ def test_entropy_of_uniform_and_one_hot_maps():
         math.log(cells)
     )
     assert h["entropy_mean"] == pytest.approx(0.0, abs=1e-9) and h["top_cell_mass_mean"] == 1.0
+    # whether the peak moves: 3 words on 3 cells, against 4 words of which 3 sit on one cell
+    assert h["distinct_peak_cells_per_caption"] == 3 and h[
+        "words_on_the_captions_modal_cell"
+    ] == pytest.approx(1 / 3)
+    stuck = np.eye(cells)[[5, 5, 9, 5]]
+    both = attention_atlas.entropy_stats([one_hot, stuck], cells)
+    assert both["distinct_peak_cells_per_caption"] == pytest.approx((3 + 2) / 2)
+    assert both["words_on_the_captions_modal_cell"] == pytest.approx((1 / 3 + 3 / 4) / 2)
 
 
 def test_script_writes_one_figure_per_photo_and_the_entropies(tmp_path):
