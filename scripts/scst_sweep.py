@@ -47,6 +47,7 @@ from sweep_jobs import (  # noqa: E402
     job_checkpoint,
     only_filter,
     parse_override,
+    with_overrides,
 )
 
 SCST = ["objective=scst"]
@@ -99,12 +100,9 @@ def raw_overrides(job: dict) -> list[str]:
 
 def scst_overrides(job: dict, checkpoint: Path, recipe: list[str], run_dir: Path) -> list[str]:
     """The SCST run's overrides: the XE job's (without run keys or keys the recipe sets), then SCST's."""
-    shared = [*SCST, *recipe]
-    replaced = {parse_override(o)[0] for o in shared}
-    kept = [o for o in raw_overrides(job) if not is_run_key(k := parse_override(o)[0]) and k not in replaced]
+    launched = [o for o in raw_overrides(job) if not is_run_key(parse_override(o)[0])]
     return [
-        *kept,
-        *shared,
+        *with_overrides(launched, [*SCST, *recipe]),
         f"init_from={checkpoint.resolve()}",
         f"hydra.run.dir={run_dir.resolve()}",
         "ckpt_path=auto",

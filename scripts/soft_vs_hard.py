@@ -323,12 +323,18 @@ def markdown(report: dict, missing: list[str], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_part(report: dict) -> str:
+    """The half the report reads its verdicts on: the held-out odd half when the decoding was chosen on the
+    even one, else the whole split."""
+    return "odd" if report["setting"]["candidates"] else "all"
+
+
 def summary_table(report: dict) -> str:
     """``summary.md``: the report at a glance, read where the decoding was not chosen (the held-out odd half,
     else the whole split): per configuration its seeds' mean ± std, and against the baseline the difference
     with its 95% paired bootstrap interval and the seed pairs it wins. No links, so a docs page can take it
     in with ``--8<--``."""
-    part = "odd" if report["setting"]["candidates"] else "all"
+    part = read_part(report)
     base = report["baseline"]
     n = report["images"]
     where = f"the held-out odd half ({n // 2} of {n} images)" if part == "odd" else f"all {n} images"
@@ -366,7 +372,7 @@ def summary_table(report: dict) -> str:
 def verdict_lines(report: dict) -> list[str]:
     """Which differences from the baseline are significant, read where the decoding was not chosen: the odd
     half when it was chosen on the even one, else the whole split."""
-    part = "odd" if report["setting"]["candidates"] else "all"
+    part = read_part(report)
     where = "the held-out odd half" if part == "odd" else "the whole split"
     lines = [f"Read on {where} (95% paired bootstrap interval; significant = it excludes 0):", ""]
     for label, e in report["configs"].items():
@@ -403,8 +409,8 @@ def chart(report: dict, path: Path) -> None:
     """Per metric a panel: every seed a dot, the mean with its 95% t interval, on the half the report reads
     (the held-out odd half when the decoding was chosen on the even one)."""
     labels = list(report["configs"])
-    part = "odd" if report.get("setting", {}).get("chosen_on") == "even" else "all"
-    chosen = report.get("setting", {}).get("chosen", "")
+    part = read_part(report)
+    chosen = report["setting"]["chosen"]
     fig, axes = plt.subplots(
         len(METRICS), 1, sharex=True, figsize=(2.5 + 1.3 * len(labels), 2.3 * len(METRICS))
     )

@@ -80,6 +80,7 @@ from sweep_jobs import (  # noqa: E402
     is_run_key,
     only_filter,
     parse_override,
+    with_overrides,
 )
 
 from captioning.config import compose_config  # noqa: E402
@@ -204,12 +205,6 @@ def evaluations(sweep: Path, seed: int, experiment: str, scratch: Path) -> list[
          "--out-dir", str(scratch / setting_folder(beams, decoding))]
         for beams, decoding in settings(experiment)
     ]  # fmt: skip
-
-
-def with_overrides(recipe: list[str], extra: list[str]) -> list[str]:
-    """The recipe without the keys ``extra`` sets, then ``extra``: one value per key, the user's."""
-    replaced = {parse_override(o)[0] for o in extra}
-    return [*(o for o in recipe if parse_override(o)[0] not in replaced), *extra]
 
 
 def reference_overrides(args: argparse.Namespace) -> list[str]:

@@ -36,6 +36,13 @@ def parse_override(text: str) -> tuple[str, str]:
     return key.lstrip("+~"), value
 
 
+def with_overrides(base: list[str], extra: list[str]) -> list[str]:
+    """``base`` without the keys ``extra`` sets, then ``extra``: one value per key, the later list's (a recipe
+    over a job's overrides, a user's flags over a recipe)."""
+    replaced = {parse_override(o)[0] for o in extra}
+    return [*(o for o in base if parse_override(o)[0] not in replaced), *extra]
+
+
 def finished_summary(path: Path) -> dict | None:
     """run.json of a job whose fit ended (it is also written, unfinished, after every validation)."""
     if not path.is_file():

@@ -89,3 +89,10 @@ def test_a_moved_sweep_finds_its_checkpoint_in_the_jobs_own_folder(tmp_path):
         sweep_jobs.job_checkpoint(sweep_jobs.find_jobs(tmp_path / "new")[0])
         == job.resolve() / "checkpoints" / "best.ckpt"
     )
+
+
+def test_later_overrides_replace_the_same_key_whatever_its_prefix():
+    base = ["seed=0", "+trainer.devices=2", "model.optimizer.lr=1e-3", "++callbacks.early_stopping=null"]
+    extra = ["trainer.devices=8", "model.optimizer.lr=2e-4", "objective=scst"]
+    assert sweep_jobs.with_overrides(base, extra) == ["seed=0", "++callbacks.early_stopping=null", *extra]
+    assert sweep_jobs.with_overrides(base, []) == base
