@@ -8,14 +8,15 @@ image: ``JOB/compare/<split>-beam<k>/results.json`` with the job's label and see
 the older ``RUNS/runs/<label>-seed<k>/results.json``), scores every run against the split's references,
 and writes
 ``report.md``, ``report.json``, ``seeds.png`` and ``summary.md`` (the held-out reading at a glance, for a
-docs page to include) to ``--out``:
+docs page to include; the pages: ``soft_vs_hard_pages.py``) to ``--out``:
 - per configuration: BLEU-4 (with and without the brevity penalty: coco-caption applies it, Xu et al.'s
   BLEU did not) and CIDEr-D, mean ± sample std over seeds with the 95% t interval of the mean,
   on the whole split and on its two halves (even / odd positions of the sorted image ids), so a decoding
   choice made on one half can be reported on the other;
 - per configuration against the baseline: the paired bootstrap interval of the difference (images resampled,
-  seeds pooled per image: captioning.metrics.bootstrap) and the fraction of (seed, baseline seed) pairs in
-  which the configuration scores higher;
+  seeds pooled per image: captioning.metrics.bootstrap), the wider one that resamples each side's seeds too
+  (where both have two or more: would the recipes differ if trained again, not only these models on other
+  images) and the fraction of (seed, baseline seed) pairs in which the configuration scores higher;
 - a run directory without results.json is listed as failed or unfinished, never dropped silently.
 
 One decoding for every model, chosen on one half: when the jobs were evaluated at several settings
@@ -30,27 +31,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from itertools import product
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # files only
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from captioning.config import compose_config  # noqa: E402
-from captioning.inference.evaluation import build_source  # noqa: E402
-from captioning.metrics.bootstrap import ImageStats, image_stats, mean_ci, paired_bootstrap, pooled  # noqa: E402
-from captioning.metrics.coco import tokenize_captions  # noqa: E402
+from captioning.config import compose_config
+from captioning.inference.evaluation import build_source
+from captioning.metrics.bootstrap import (
+    ImageStats,
+    image_stats,
+    mean_ci,
+    paired_bootstrap,
+    pooled,
+    seed_image_bootstrap,
+)
+from captioning.metrics.coco import tokenize_captions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from soft_vs_hard_pages import METRICS, chart, markdown, summary_table  # noqa: E402
 from sweep_jobs import SEED_KEY, find_jobs, job_label, job_seed, natural_key, swept_keys  # noqa: E402
-
-# BLEU-4 as coco-caption computes it, and without its brevity penalty as Xu et al. (2015) report it.
-METRICS = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 without BP", "CIDEr": "CIDEr-D"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -232,207 +233,36 @@ def analyse(runs: dict[str, dict[int, Path]], stats_of: RunStats, baseline: str,
             }
             if label == baseline:
                 continue
-            b = pooled([s.take(rows) for s in seeds.values()])
-            diffs = paired_bootstrap(base_pooled[part], b, resamples=resamples, metrics=tuple(METRICS))
+            runs_here = [s.take(rows) for s in seeds.values()]
+            diffs = paired_bootstrap(
+                base_pooled[part], pooled(runs_here), resamples=resamples, metrics=tuple(METRICS)
+            )
+            # the seeds' spread too, where both sides have one to resample (a single seed has none)
+            both = len(runs_here) > 1 and len(stats[baseline]) > 1
+            base_runs = [s.take(rows) for s in stats[baseline].values()]
+            seeds_too = (
+                seed_image_bootstrap(base_runs, runs_here, resamples=resamples, metrics=tuple(METRICS))
+                if both
+                else {}
+            )
             base = base_scores[part]
             wins = {
                 m: float(np.mean([scores[i][m] > base[j][m] for i, j in product(scores, base)]))
                 for m in METRICS
             }
             entry["vs_baseline"][part] = {
-                m: {**vars(d), "significant": d.significant, "seed_pair_wins": wins[m]}
+                m: {
+                    **vars(d), "significant": d.significant, "seed_pair_wins": wins[m],
+                    "seeds_too": (
+                        {"low": seeds_too[m].low, "high": seeds_too[m].high, "significant": seeds_too[m].significant}
+                        if m in seeds_too
+                        else None
+                    ),
+                }
                 for m, d in diffs.items()
-            }
+            }  # fmt: skip
         report["configs"][label] = entry
     return report
-
-
-def fmt(stat: dict, scale: float) -> str:
-    mean, std, ci = (stat[k] * scale for k in ("mean", "std", "ci95"))
-    return f"{mean:.2f}" if np.isnan(std) else f"{mean:.2f} ± {std:.2f} (±{ci:.2f})"
-
-
-def setting_lines(setting: dict) -> list[str]:
-    """The decoding the table is at, and how it was chosen."""
-    if not setting["candidates"]:
-        return [f"Decoding: `{setting['chosen']}` (the one evaluated setting, or given by --setting).", ""]
-    lines = [
-        f"Decoding: `{setting['chosen']}`, chosen once for every model as the highest mean CIDEr-D over all "
-        "runs on the even half; the odd half is the held-out reading.",
-        "",
-        "| setting | mean CIDEr-D, even half | mean BLEU-4, even half |",
-        "|---|---|---|",
-    ]
-    for name, c in setting["candidates"].items():
-        mark = " (chosen)" if name == setting["chosen"] else ""
-        lines.append(f"| `{name}`{mark} | {100 * c['CIDEr']:.2f} | {100 * c['Bleu_4']:.2f} |")
-    return [*lines, ""]
-
-
-def markdown(report: dict, missing: list[str], command: str) -> str:
-    base = report["baseline"]
-    lines = [
-        "# Soft vs hard attention",
-        "",
-        f"`{command}`",
-        "",
-        f"{report['images']} images, {report['tokenizer']} tokenizer, scores x100. Cells: mean ± sample std over "
-        "seeds (± half-width of the 95% t interval of the mean). Halves: even / odd positions of the sorted "
-        "image ids.",
-        "",
-        *setting_lines(report["setting"]),
-        "| configuration | seeds | "
-        + " | ".join(f"{n} ({p})" for n in METRICS.values() for p in ("all", "even", "odd"))
-        + " |",
-        "|---|---|" + "---|" * (3 * len(METRICS)),
-    ]
-    for label, e in report["configs"].items():
-        cells = [fmt(e["summary"][p][m], 100) for m in METRICS for p in ("all", "even", "odd")]
-        lines.append(f"| {label} | {len(e['seeds'])} | " + " | ".join(cells) + " |")
-    ratios = {
-        label: np.mean([v["length_ratio"] for v in e["per_seed"]["all"].values()])
-        for label, e in report["configs"].items()
-    }
-    lines += [
-        "",
-        "Length ratio c / r (the captions' summed length over the closest references'; BLEU's brevity "
-        "penalty exp(1 − r/c) applies below 1), mean over seeds: "
-        + ", ".join(f"{label} {r:.3f}" for label, r in ratios.items())
-        + ". Without BP a configuration whose captions are shorter loses nothing for it, which is how "
-        "Xu et al. computed BLEU.",
-    ]
-    lines += [
-        "",
-        f"Difference from `{base}` (seeds pooled per image; paired bootstrap over images, "
-        "95% percentile interval; wins: fraction of seed pairs in which the configuration scores higher):",
-        "",
-        "| configuration | metric | half | difference | 95% interval | significant | seed-pair wins |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for label, e in report["configs"].items():
-        for part, diffs in e["vs_baseline"].items():
-            for m, d in diffs.items():
-                lines.append(
-                    f"| {label} | {METRICS[m]} | {part} | {100 * d['delta']:+.2f} | "
-                    f"[{100 * d['low']:+.2f}, {100 * d['high']:+.2f}] | {'yes' if d['significant'] else 'no'} | "
-                    f"{d['seed_pair_wins']:.2f} |"
-                )
-    lines += ["", *verdict_lines(report)]
-    if missing:
-        lines += ["", "Failed or unfinished (no results.json): " + ", ".join(missing)]
-    return "\n".join(lines) + "\n"
-
-
-def read_part(report: dict) -> str:
-    """The half the report reads its verdicts on: the held-out odd half when the decoding was chosen on the
-    even one, else the whole split."""
-    return "odd" if report["setting"]["candidates"] else "all"
-
-
-def summary_table(report: dict) -> str:
-    """``summary.md``: the report at a glance, read where the decoding was not chosen (the held-out odd half,
-    else the whole split): per configuration its seeds' mean ± std, and against the baseline the difference
-    with its 95% paired bootstrap interval and the seed pairs it wins. No links, so a docs page can take it
-    in with ``--8<--``."""
-    part = read_part(report)
-    base = report["baseline"]
-    n = report["images"]
-    where = f"the held-out odd half ({n // 2} of {n} images)" if part == "odd" else f"all {n} images"
-    short = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 no BP", "CIDEr": "CIDEr-D"}
-    head = ["configuration", "seeds", *short.values(), *(f"Δ {name} [95%]" for name in short.values()),
-            "seed pairs above (CIDEr-D)"]  # fmt: skip
-    lines = [
-        f"At `{report['setting']['chosen']}`, on {where}, ×100: mean ± std over seeds; Δ: minus `{base}`, with "
-        "the 95% paired bootstrap interval (images resampled, seeds pooled per image).",
-        "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-    ]
-    for label, e in report["configs"].items():
-        stats = e["summary"][part]
-        cells = [f"{100 * stats[m]['mean']:.1f}" + ("" if np.isnan(stats[m]["std"]) else f" ± {100 * stats[m]['std']:.1f}")
-                 for m in METRICS]  # fmt: skip
-        diffs = e["vs_baseline"].get(part, {})
-        for m in METRICS:
-            d = diffs.get(m)
-            cells.append(
-                f"{100 * d['delta']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
-                + (" *" if d["significant"] else "")
-                if d
-                else "–"
-            )
-        d = diffs.get("CIDEr")
-        n_pairs = len(e["seeds"]) * len(report["configs"][base]["seeds"])
-        cells.append(f"{round(d['seed_pair_wins'] * n_pairs)} of {n_pairs}" if d else "–")
-        lines.append(f"| {label} | {len(e['seeds'])} | " + " | ".join(cells) + " |")
-    lines += ["", "\\* the interval excludes 0."]
-    return "\n".join(lines) + "\n"
-
-
-def verdict_lines(report: dict) -> list[str]:
-    """Which differences from the baseline are significant, read where the decoding was not chosen: the odd
-    half when it was chosen on the even one, else the whole split."""
-    part = read_part(report)
-    where = "the held-out odd half" if part == "odd" else "the whole split"
-    lines = [f"Read on {where} (95% paired bootstrap interval; significant = it excludes 0):", ""]
-    for label, e in report["configs"].items():
-        diffs = e["vs_baseline"].get(part)
-        if not diffs:
-            continue
-        said = []
-        for m, d in diffs.items():
-            if d["significant"]:
-                side = "above" if d["delta"] > 0 else "below"
-                said.append(
-                    f"{side} on {METRICS[m]} ({100 * d['delta']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}])"
-                )
-            else:
-                said.append(f"not different on {METRICS[m]}")
-        lines.append(f"- {label} against {report['baseline']}: " + "; ".join(said) + ".")
-    return lines
-
-
-def short_labels(labels: list[str]) -> list[str]:
-    """Tick labels: the prefix every configuration shares dropped (``flickr8k_``), an extra reading's setting
-    on its own line without the split (``@ beam5-hard_attention=expected``)."""
-    names = [label.split(" @ ")[0] for label in labels]
-    cut = len(os.path.commonprefix(names)) if len(names) > 1 else 0
-    cut = names[0].rfind("_", 0, cut) + 1 if cut else 0  # a whole word of the prefix, never half a name
-    out = []
-    for label, name in zip(labels, names):
-        _, sep, setting = label.partition(" @ ")
-        out.append(name[cut:] + (f"\n@ {setting.partition('-')[2] or setting}" if sep else ""))
-    return out
-
-
-def chart(report: dict, path: Path) -> None:
-    """Per metric a panel: every seed a dot, the mean with its 95% t interval, on the half the report reads
-    (the held-out odd half when the decoding was chosen on the even one)."""
-    labels = list(report["configs"])
-    part = read_part(report)
-    chosen = report["setting"]["chosen"]
-    fig, axes = plt.subplots(
-        len(METRICS), 1, sharex=True, figsize=(2.5 + 1.3 * len(labels), 2.3 * len(METRICS))
-    )
-    for ax, (m, name) in zip(axes, METRICS.items()):
-        for x, label in enumerate(labels):
-            e = report["configs"][label]
-            values = [100 * v[m] for v in e["per_seed"][part].values()]
-            ax.plot(np.full(len(values), x - 0.08), values, "o", alpha=0.7, color=f"C{x}")
-            s = e["summary"][part][m]
-            if not np.isnan(s["ci95"]):
-                ax.errorbar(x + 0.08, 100 * s["mean"], yerr=100 * s["ci95"], fmt="k_", capsize=4)
-        ax.set_ylabel(f"{name} (×100)")
-        ax.grid(axis="y", alpha=0.3)
-    axes[-1].set_xticks(range(len(labels)), short_labels(labels), fontsize=8)
-    where = "held-out odd half of" if part == "odd" else "all of"
-    fig.suptitle(
-        f"{where} {report.get('images', '?')} images, {chosen or 'one setting'}: dots = seeds, bar = mean ± 95% t interval",
-        fontsize=9,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def shown(argv: list[str]) -> list[str]:

@@ -131,6 +131,30 @@ def _aligned(a: ImageStats, b: ImageStats) -> ImageStats:
     return b.take(np.array([order[i] for i in a.ids]))
 
 
+def _checked(caller: str, metrics: Sequence[str], resamples: int, confidence: float) -> None:
+    unknown = [m for m in metrics if m not in BOOTSTRAP_METRICS]
+    if unknown:
+        raise ValueError(f"{caller}: unknown metric {unknown[0]!r}; expected {', '.join(BOOTSTRAP_METRICS)}")
+    if resamples < 100:
+        raise ValueError(f"resamples={resamples}: expected >= 100 for a percentile interval")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence={confidence}: expected a value in (0, 1)")
+
+
+def _corpus(metric: str, stats: ImageStats) -> float:
+    """The full-set corpus score of ``metric``."""
+    return stats.bleu4(brevity=metric == "Bleu_4") if metric.startswith("Bleu") else float(stats.cider.mean())
+
+
+def _difference(metric: str, full: tuple[float, float], deltas: np.ndarray, confidence: float) -> Difference:
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(deltas, [tail, 100 - tail])
+    return Difference(
+        metric, full[0], full[1], full[1] - full[0], float(low), float(high),
+        float(np.mean(deltas <= 0)), len(deltas), confidence,
+    )  # fmt: skip
+
+
 def paired_bootstrap(
     a: ImageStats,
     b: ImageStats,
@@ -141,35 +165,74 @@ def paired_bootstrap(
 ) -> dict[str, Difference]:
     """Bootstrap intervals of ``b - a`` for ``metrics`` (of ``BOOTSTRAP_METRICS``), resampling the images
     (paired)."""
-    unknown = [m for m in metrics if m not in BOOTSTRAP_METRICS]
-    if unknown:
-        raise ValueError(
-            f"paired_bootstrap: unknown metric {unknown[0]!r}; expected {', '.join(BOOTSTRAP_METRICS)}"
-        )
-    if resamples < 100:
-        raise ValueError(f"resamples={resamples}: expected >= 100 for a percentile interval")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence={confidence}: expected a value in (0, 1)")
+    _checked("paired_bootstrap", metrics, resamples, confidence)
     b = _aligned(a, b)
     n = len(a.ids)
     index = np.random.default_rng(seed).integers(0, n, size=(resamples, n))  # (R, N) image draws
-    tail = (1 - confidence) / 2 * 100
     out = {}
     for metric in metrics:
         if metric in ("Bleu_4", "Bleu_4_nobp"):
             brevity = metric == "Bleu_4"
-            full = a.bleu4(brevity=brevity), b.bleu4(brevity=brevity)
             sa = _bleu4(*(x[index] for x in a._bleu_arrays()), brevity=brevity)  # (R,)
             sb = _bleu4(*(x[index] for x in b._bleu_arrays()), brevity=brevity)
         else:
-            full = float(a.cider.mean()), float(b.cider.mean())
             sa, sb = a.cider[index].mean(-1), b.cider[index].mean(-1)  # (R,)
-        deltas = sb - sa
-        low, high = np.percentile(deltas, [tail, 100 - tail])
-        out[metric] = Difference(
-            metric, full[0], full[1], full[1] - full[0], float(low), float(high),
-            float(np.mean(deltas <= 0)), resamples, confidence,
-        )  # fmt: skip
+        out[metric] = _difference(metric, (_corpus(metric, a), _corpus(metric, b)), sb - sa, confidence)
+    return out
+
+
+def seed_image_bootstrap(
+    a: Sequence[ImageStats],
+    b: Sequence[ImageStats],
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    metrics: Sequence[str] = ("Bleu_4", "CIDEr"),
+) -> dict[str, Difference]:
+    """Bootstrap intervals of ``b - a`` for systems trained with several seeds (``a``, ``b``: one
+    ``ImageStats`` per seed), resampling at both levels the difference varies at: each resample draws the
+    images (with replacement, the same for both systems: paired), then for each system as many seeds as it
+    has (with replacement), and compares the drawn seeds pooled per image (``pooled``).
+
+    ``paired_bootstrap(pooled(a), pooled(b))`` resamples images only: it answers "would these trained models
+    still differ on other images", not "would the recipes differ when trained again". This interval also
+    holds the seed-to-seed spread (the two-level bootstrap of Davison & Hinkley 1997, §3.8; as the stratified
+    bootstrap over runs of Agarwal et al. 2021). With three seeds a system has ten distinct seed draws and
+    the bootstrap's seed variance is (n−1)/n of the sample's: read it as the wider companion of the image
+    interval, not as exact. With one seed per system it is ``paired_bootstrap`` on the same draws.
+
+    Draw order (images, then a's seeds, then b's) is part of the contract: one seed each reproduces
+    ``paired_bootstrap(a[0], b[0], seed=seed)`` exactly."""
+    _checked("seed_image_bootstrap", metrics, resamples, confidence)
+    if not a or not b:
+        raise ValueError("seed_image_bootstrap: each system needs at least one run")
+    first = a[0]
+    a = [first, *(_aligned(first, s) for s in a[1:])]
+    b = [_aligned(first, s) for s in b]
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, len(first.ids), size=(resamples, len(first.ids)))  # (R, N) image draws
+    # (R, S) how often each seed is drawn in each resample: the weights of its statistics in the pool
+    weights = [
+        np.stack([np.bincount(row, minlength=len(runs)) for row in rng.integers(0, len(runs), (resamples, len(runs)))])
+        for runs in (a, b)
+    ]
+    out = {}
+    for metric in metrics:
+        scores = []
+        for runs, w in zip((a, b), weights):
+            if metric.startswith("Bleu"):
+                # per seed the resampled corpus sums: lengths (R, 1), n-gram matches and counts (R, 1, 4)
+                sums = [[x[images].sum(1, keepdims=True) for x in run._bleu_arrays()] for run in runs]
+                pooled_sums = [
+                    sum(w[:, k].reshape(-1, *[1] * (s[j].ndim - 1)) * s[j] for k, s in enumerate(sums))
+                    for j in range(4)
+                ]  # the drawn seeds' sums, each counted as often as it was drawn
+                scores.append(_bleu4(*pooled_sums, brevity=metric == "Bleu_4"))  # (R,)
+            else:
+                means = np.stack([run.cider[images].mean(-1) for run in runs], axis=1)  # (R, S)
+                scores.append((w * means).sum(1) / w.sum(1))  # (R,) mean over the drawn seeds
+        full = (_corpus(metric, pooled(a)), _corpus(metric, pooled(b)))
+        out[metric] = _difference(metric, full, scores[1] - scores[0], confidence)
     return out
 
 

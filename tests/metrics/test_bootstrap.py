@@ -10,7 +10,14 @@ import pytest
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
 
-from captioning.metrics.bootstrap import image_stats, mean_ci, paired_bootstrap, pooled
+from captioning.metrics.bootstrap import (
+    BOOTSTRAP_METRICS,
+    image_stats,
+    mean_ci,
+    paired_bootstrap,
+    pooled,
+    seed_image_bootstrap,
+)
 
 WORDS = [
     "a",
@@ -138,3 +145,81 @@ def test_mean_ci_over_seeds():
     assert mean == pytest.approx(0.52) and std == pytest.approx(0.02)
     assert half == pytest.approx(4.303 * 0.02 / 3**0.5)
     assert np.isnan(mean_ci([0.5])[2])
+
+
+ALL = BOOTSTRAP_METRICS
+
+
+def test_one_seed_each_is_the_image_bootstrap_on_the_same_draws():
+    refs, good, bad = corpus(6, n=40)
+    a, b = image_stats(refs, good), image_stats(refs, bad)
+    two_level = seed_image_bootstrap([a], [b], resamples=300, seed=4, metrics=ALL)
+    images_only = paired_bootstrap(a, b, resamples=300, seed=4, metrics=ALL)
+    for m in ALL:
+        assert two_level[m] == images_only[m]
+
+
+def test_seeds_that_agree_add_nothing_to_the_interval():
+    """The same run twice per system: every seed draw pools to the same corpus, so only images vary."""
+    refs, good, bad = corpus(7, n=40)
+    a, b = image_stats(refs, good), image_stats(refs, bad)
+    two_level = seed_image_bootstrap([a, a], [b, b, b], resamples=300, seed=2, metrics=ALL)
+    images_only = paired_bootstrap(a, b, resamples=300, seed=2, metrics=ALL)
+    for m in ALL:
+        assert two_level[m].delta == pytest.approx(images_only[m].delta, abs=1e-12)
+        # rel 1e-4, not exact: the toolkit's guards (1e-15 / 1e-9 added to n-gram sums) see doubled sums
+        bounds = (images_only[m].low, images_only[m].high)
+        assert (two_level[m].low, two_level[m].high) == pytest.approx(bounds, rel=1e-4)
+
+
+def test_equals_pooling_the_drawn_seeds_one_resample_at_a_time():
+    """The vectorised weights against the definition: per resample, pool the drawn seeds' images."""
+    refs, good, bad = corpus(8, n=30)
+    _, mid, _ = corpus(9, n=30)
+    mid = {i: mid[i] if i % 2 else good[i] for i in refs}  # a third system, between the two
+    a_runs = [image_stats(refs, good), image_stats(refs, bad)]
+    b_runs = [image_stats(refs, mid), image_stats(refs, good), image_stats(refs, bad)]
+    resamples = 150
+    got = seed_image_bootstrap(a_runs, b_runs, resamples=resamples, seed=3, metrics=ALL)
+    rng = np.random.default_rng(3)  # the documented draw order: images, a's seeds, b's seeds
+    images = rng.integers(0, 30, size=(resamples, 30))
+    draws_a = rng.integers(0, 2, size=(resamples, 2))
+    draws_b = rng.integers(0, 3, size=(resamples, 3))
+    for m in ALL:
+        deltas = []
+        for r in range(resamples):
+            pa = pooled([a_runs[k].take(images[r]) for k in draws_a[r]])
+            pb = pooled([b_runs[k].take(images[r]) for k in draws_b[r]])
+            if m == "CIDEr":
+                deltas.append(pb.cider.mean() - pa.cider.mean())
+            else:
+                deltas.append(pb.bleu4(brevity=m == "Bleu_4") - pa.bleu4(brevity=m == "Bleu_4"))
+        low, high = np.percentile(deltas, [2.5, 97.5])
+        assert (got[m].low, got[m].high) == pytest.approx((low, high), rel=1e-9, abs=1e-12)
+        deltas = np.array(deltas)  # ties (both draw the same runs) are 0 up to rounding on either side
+        assert np.mean(deltas < -1e-9) <= got[m].p_b_not_better <= np.mean(deltas <= 1e-9)
+        full = paired_bootstrap(pooled(a_runs), pooled(b_runs), resamples=100, metrics=(m,))[m]
+        assert got[m].delta == pytest.approx(full.delta, abs=1e-12)
+
+
+def test_seeds_that_disagree_widen_the_interval():
+    """System b's seeds are one good and one bad model: images alone call its pooled difference from a
+    precise, the seed level says a retrained b could land anywhere between."""
+    refs, good, bad = corpus(10, n=60)
+    a = image_stats(refs, {i: good[i] if i % 2 else bad[i] for i in refs})
+    b_runs = [image_stats(refs, good), image_stats(refs, bad)]
+    two_level = seed_image_bootstrap([a], b_runs, resamples=1000, seed=0)
+    images_only = paired_bootstrap(a, pooled(b_runs), resamples=1000, seed=0)
+    for m in ("Bleu_4", "CIDEr"):
+        assert two_level[m].high - two_level[m].low > 2 * (images_only[m].high - images_only[m].low)
+
+
+def test_seed_image_bootstrap_refuses_bad_arguments():
+    refs, good, _ = corpus(11, n=20)
+    a = image_stats(refs, good)
+    with pytest.raises(ValueError, match="at least one run"):
+        seed_image_bootstrap([a], [])
+    with pytest.raises(ValueError, match="seed_image_bootstrap: unknown metric 'METEOR'"):
+        seed_image_bootstrap([a], [a], metrics=("METEOR",))
+    with pytest.raises(ValueError, match="ids differ"):
+        seed_image_bootstrap([a], [image_stats({k: refs[k] for k in list(refs)[:5]}, good)])

@@ -1,4 +1,5 @@
-"""scripts/soft_vs_hard.py: seeds, halves and bootstrap intervals read from a comparison's run folders."""
+"""scripts/soft_vs_hard.py and its pages (soft_vs_hard_pages.py): seeds, halves and bootstrap intervals read from a
+comparison's run folders."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import soft_vs_hard  # noqa: E402
+import soft_vs_hard_pages  # noqa: E402
 
-from captioning.metrics.bootstrap import image_stats, paired_bootstrap, pooled  # noqa: E402
+from captioning.metrics.bootstrap import image_stats, paired_bootstrap, pooled, seed_image_bootstrap  # noqa: E402
 from captioning.metrics.coco import tokenize_captions  # noqa: E402
 
 N = 40
@@ -62,9 +64,14 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
         metrics=("Bleu_4_nobp",),
     )["Bleu_4_nobp"]  # fmt: skip
     assert got["Bleu_4_nobp"]["delta"] == pytest.approx(expected_nobp.delta)
+    both = seed_image_bootstrap([stats(c) for c in good], [stats(c) for c in bad], resamples=200)
     for m in ("Bleu_4", "CIDEr"):
         assert got[m]["delta"] == pytest.approx(expected[m].delta)
         assert got[m]["high"] < 0 and got[m]["significant"] and got[m]["seed_pair_wins"] == 0
+        # the seeds resampled too: the library's two-level interval on the same runs
+        assert (got[m]["seeds_too"]["low"], got[m]["seeds_too"]["high"]) == pytest.approx(
+            (both[m].low, both[m].high)
+        )
     halves = report["configs"]["soft"]["per_seed"]
     assert set(halves) == {"all", "even", "odd"}
     md = (out / "report.md").read_text()
@@ -73,7 +80,11 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
     d = got["CIDEr"]  # one setting: the verdict is read on the whole split
     assert "Read on the whole split" in md
     assert f"- hard against soft: below on BLEU-4 ({100 * got['Bleu_4']['delta']:+.2f}" in md
-    assert f"below on CIDEr-D ({100 * d['delta']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}])" in md
+    seeds_too = d["seeds_too"]
+    assert (
+        f"below on CIDEr-D ({100 * d['delta']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}]; seeds too "
+        f"[{100 * seeds_too['low']:+.2f}, {100 * seeds_too['high']:+.2f}])" in md
+    )
     summary = (out / "summary.md").read_text()  # at a glance: the whole split here (one setting, none chosen)
     assert summary.startswith(f"At `runs`, on all {N} images, ×100")
     c = report["configs"]["hard"]["summary"]["all"]["CIDEr"]
@@ -83,8 +94,10 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
     )
     assert f"{100 * c['mean']:.1f} ± {100 * c['std']:.1f} |" in summary
     assert (
-        f"| {100 * d['delta']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] * | 0 of 6 |" in summary
+        f"| {100 * d['delta']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] * "
+        f"| [{100 * seeds_too['low']:+.1f}, {100 * seeds_too['high']:+.1f}] * | 0 of 6 |" in summary
     )
+    assert "- hard against soft: below on BLEU-4" in summary  # the verdicts come with the table
     assert "| soft | 3 |" in summary and summary.count("| – |") >= 1
     ratio = report["configs"]["hard"]["per_seed"]["all"]["0"]["length_ratio"]  # JSON: seeds as text
     assert ratio == pytest.approx(stats(bad[0]).length_ratio()) and ratio < 1  # truncated captions
@@ -204,14 +217,17 @@ def test_the_charts_labels_drop_the_shared_prefix_and_name_an_extra_readings_set
         "flickr8k_hard_gumbel",
         "flickr8k_hard_gumbel @ val-beam5-hard_attention=expected",
     ]
-    assert soft_vs_hard.short_labels(labels) == [
+    assert soft_vs_hard_pages.short_labels(labels) == [
         "soft",
         "hard_gumbel",
         "hard_gumbel\n@ beam5-hard_attention=expected",
     ]
-    assert soft_vs_hard.short_labels(["hard_a", "hard_b"]) == ["a", "b"]  # a whole word of the prefix only
-    assert soft_vs_hard.short_labels(["softer", "soft"]) == ["softer", "soft"]  # never half a name
-    assert soft_vs_hard.short_labels(["soft"]) == ["soft"]
+    assert soft_vs_hard_pages.short_labels(["hard_a", "hard_b"]) == [
+        "a",
+        "b",
+    ]  # a whole word of the prefix only
+    assert soft_vs_hard_pages.short_labels(["softer", "soft"]) == ["softer", "soft"]  # never half a name
+    assert soft_vs_hard_pages.short_labels(["soft"]) == ["soft"]
 
 
 def test_two_jobs_of_one_configuration_and_seed_are_refused_by_name(tmp_path):
@@ -242,3 +258,50 @@ def test_the_reports_command_names_no_machine_folder(tmp_path, monkeypatch):
         "/elsewhere/xe",
         "data.val.num_images=5",
     ]
+
+
+def test_the_verdicts_say_at_which_level_a_difference_holds():
+    """Images and seeds, images only, or one seed (its spread unknown): each verdict says which, and the
+    summary shows the seeds-too interval only where it exists."""
+
+    def diff(delta, low, high, seeds_too):
+        return {"delta": delta, "low": low, "high": high, "significant": low > 0 or high < 0,
+                "seed_pair_wins": 0.0, "seeds_too": seeds_too}  # fmt: skip
+
+    def config(seeds, vs):
+        stat = {"mean": 0.5, "std": float("nan") if seeds == 1 else 0.01, "ci95": 0.0}
+        return {"seeds": list(range(seeds)), "summary": {"all": {m: stat for m in ("Bleu_4", "Bleu_4_nobp", "CIDEr")}},
+                "vs_baseline": {"all": vs} if vs else {}}  # fmt: skip
+
+    flat = diff(0.001, -0.01, 0.012, {"low": -0.02, "high": 0.02, "significant": False})
+    report = {
+        "baseline": "soft", "images": 40, "setting": {"chosen": "val-beam5", "candidates": {}},
+        "configs": {
+            "soft": config(3, None),
+            "both": config(3, {"Bleu_4": flat, "Bleu_4_nobp": flat,
+                               "CIDEr": diff(-0.07, -0.1, -0.04, {"low": -0.11, "high": -0.03, "significant": True})}),
+            "images": config(3, {"Bleu_4": flat, "Bleu_4_nobp": flat,
+                                 "CIDEr": diff(-0.03, -0.05, -0.01, {"low": -0.06, "high": 0.005, "significant": False})}),
+            "single": config(1, {"Bleu_4": flat, "Bleu_4_nobp": flat, "CIDEr": diff(-0.07, -0.1, -0.04, None)}),
+        },
+    }  # fmt: skip
+    lines = soft_vs_hard_pages.verdict_lines(report)
+    assert lines[0].startswith("Read on the whole split")
+    assert lines[2] == (
+        "- both against soft: not different on BLEU-4; not different on BLEU-4 without BP; below on CIDEr-D "
+        "(-7.00 [-10.00, -4.00]; seeds too [-11.00, -3.00])."
+    )
+    assert lines[3].endswith("below on CIDEr-D over images (-3.00 [-5.00, -1.00]) but not over seeds too "
+                             "([-6.00, +0.50]).")  # fmt: skip
+    assert lines[4] == (
+        "- single against soft (one seed a side: over images only, the seeds' spread unknown): not different on "
+        "BLEU-4; not different on BLEU-4 without BP; below on CIDEr-D (-7.00 [-10.00, -4.00])."
+    )
+    summary = soft_vs_hard_pages.summary_table(report)
+    assert "| -7.0 [-10.0, -4.0] * | [-11.0, -3.0] * | 0 of 9 |" in summary
+    assert "| -3.0 [-5.0, -1.0] * | [-6.0, +0.5] | 0 of 9 |" in summary
+    assert (
+        "| single | 1 | 50.0 | 50.0 | 50.0 |" in summary
+        and "| -7.0 [-10.0, -4.0] * | – | 0 of 3 |" in summary
+    )
+    assert summary.endswith(lines[-1] + "\n")
