@@ -46,6 +46,7 @@ from sweep_jobs import (  # noqa: E402
     is_run_key,
     job_checkpoint,
     only_filter,
+    override_problem,
     parse_override,
     with_overrides,
 )
@@ -85,11 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError as err:
         p.error(str(err))
     for text in args.recipe:
-        key, sep, _ = text.partition("=")
-        if not sep or not key.lstrip("+~"):
-            p.error(f"recipe override {text!r}: expected KEY=VALUE (a Hydra override)")
-        if is_run_key(key.lstrip("+~")):
-            p.error(f"recipe override {text!r}: {key} is set per job by this script")
+        if why := override_problem(text):
+            p.error(f"recipe override {text!r}: {why}")
     return args
 
 

@@ -77,8 +77,8 @@ from sweep_jobs import (  # noqa: E402
     describe_only,
     find_jobs,
     finished_summary,
-    is_run_key,
     only_filter,
+    override_problem,
     parse_override,
     with_overrides,
 )
@@ -143,11 +143,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(str(err))
     for flag in ("xe", "scst"):
         for text in getattr(args, flag):
-            key, sep, _ = text.partition("=")
-            if not sep or not key.lstrip("+~"):
-                p.error(f"--{flag} {text!r}: expected KEY=VALUE (a Hydra override)")
-            if (key := parse_override(text)[0]) in PAIR_KEYS or is_run_key(key):
-                p.error(f"--{flag} {text}: {key} is set per pair by this script")
+            if why := override_problem(text, reserved=PAIR_KEYS, per="pair"):
+                p.error(f"--{flag} {text!r}: {why}")
     if unknown := set(args.only) - {"seed", "experiment"}:
         p.error(f"--only {sorted(unknown)[0]}=...: expected seed=S or experiment=E")
     if args.parallel < 1:

@@ -92,6 +92,18 @@ def is_run_key(key: str) -> bool:
     return key in RUN_KEYS or key.startswith("hydra.")
 
 
+def override_problem(text: str, reserved: tuple[str, ...] = (), per: str = "job") -> str | None:
+    """Why ``text`` cannot be an override a sweep script adds to every run it starts (None when it can): not
+    ``KEY=VALUE``, or a key the script sets per ``per`` itself (``reserved``, the run keys, ``hydra.*``)."""
+    key, sep, _ = text.partition("=")
+    if not sep or not key.lstrip("+~"):
+        return "expected KEY=VALUE (a Hydra override)"
+    key = parse_override(text)[0]
+    if key in reserved or is_run_key(key):
+        return f"{key} is set per {per} by this script"
+    return None
+
+
 def common_overrides(jobs: list[dict], swept: list[str]) -> list[str]:
     first = jobs[0]["overrides"] if jobs else {}
     return [f"{k}={v}" for k, v in first.items() if k not in swept and not is_run_key(k)]

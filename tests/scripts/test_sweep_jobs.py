@@ -96,3 +96,24 @@ def test_later_overrides_replace_the_same_key_whatever_its_prefix():
     extra = ["trainer.devices=8", "model.optimizer.lr=2e-4", "objective=scst"]
     assert sweep_jobs.with_overrides(base, extra) == ["seed=0", "++callbacks.early_stopping=null", *extra]
     assert sweep_jobs.with_overrides(base, []) == base
+
+
+@pytest.mark.parametrize(
+    "text, reserved, problem",
+    [
+        ("model.optimizer.lr=2e-4", (), None),
+        ("++callbacks.early_stopping=null", (), None),
+        ("model.optimizer.lr", (), "expected KEY=VALUE (a Hydra override)"),
+        ("+=3", (), "expected KEY=VALUE (a Hydra override)"),
+        ("init_from=a.ckpt", (), "init_from is set per job by this script"),
+        ("hydra.sweep.dir=x", (), "hydra.sweep.dir is set per job by this script"),
+        ("+seed=3", ("seed",), "seed is set per job by this script"),
+        ("seed=3", (), None),  # reserved only where the caller says so
+    ],
+)
+def test_override_problem_names_what_a_sweep_script_sets_itself(text, reserved, problem):
+    assert sweep_jobs.override_problem(text, reserved=reserved) == problem
+    if problem and "per job" in problem:
+        assert sweep_jobs.override_problem(text, reserved=reserved, per="pair") == problem.replace(
+            "job", "pair"
+        )
