@@ -14,9 +14,10 @@ docs page to include; the pages: ``soft_vs_hard_pages.py``) to ``--out``:
   on the whole split and on its two halves (even / odd positions of the sorted image ids), so a decoding
   choice made on one half can be reported on the other;
 - per configuration against the baseline: the paired bootstrap interval of the difference (images resampled,
-  seeds pooled per image: captioning.metrics.bootstrap), the wider one that resamples each side's seeds too
-  (where both have two or more: would the recipes differ if trained again, not only these models on other
-  images) and the fraction of (seed, baseline seed) pairs in which the configuration scores higher;
+  seeds pooled per image: captioning.metrics.bootstrap); where both sides have two or more seeds, the
+  approximate one that resamples each side's seeds too and the Welch t interval of the seeds' means (would
+  the recipes differ if trained again, not only these models on other images); and the fraction of (seed,
+  baseline seed) pairs in which the configuration scores higher;
 - a run directory without results.json is listed as failed or unfinished, never dropped silently.
 
 One decoding for every model, chosen on one half: when the jobs were evaluated at several settings
@@ -46,6 +47,7 @@ from captioning.metrics.bootstrap import (
     paired_bootstrap,
     pooled,
     seed_image_bootstrap,
+    welch_interval,
 )
 from captioning.metrics.coco import tokenize_captions
 
@@ -250,12 +252,23 @@ def analyse(runs: dict[str, dict[int, Path]], stats_of: RunStats, baseline: str,
                 m: float(np.mean([scores[i][m] > base[j][m] for i, j in product(scores, base)]))
                 for m in METRICS
             }
+            welch = {
+                m: welch_interval([v[m] for v in base.values()], [v[m] for v in scores.values()])
+                for m in METRICS
+            }
             entry["vs_baseline"][part] = {
                 m: {
                     **vars(d), "significant": d.significant, "seed_pair_wins": wins[m],
                     "seeds_too": (
                         {"low": seeds_too[m].low, "high": seeds_too[m].high, "significant": seeds_too[m].significant}
                         if m in seeds_too
+                        else None
+                    ),
+                    # the seeds' own scores only: their means' difference and its Welch t interval
+                    "seed_means_t": (
+                        {"delta": welch[m][0], "low": welch[m][1], "high": welch[m][2],
+                         "significant": welch[m][1] > 0 or welch[m][2] < 0}
+                        if welch[m]
                         else None
                     ),
                 }

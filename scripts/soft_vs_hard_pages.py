@@ -21,7 +21,7 @@ METRICS = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 without BP", "CIDEr": "CID
 
 
 def interval(d: dict, digits: int) -> str:
-    """``[low, high]`` ×100 of a difference's (or its ``seeds_too``) interval."""
+    """``[low, high]`` ×100 of a difference's interval (or its ``seeds_too`` / ``seed_means_t`` one)."""
     return f"[{100 * d['low']:+.{digits}f}, {100 * d['high']:+.{digits}f}]"
 
 
@@ -81,22 +81,27 @@ def markdown(report: dict, missing: list[str], command: str) -> str:
     ]
     lines += [
         "",
-        f"Difference from `{base}` (seeds pooled per image; paired bootstrap over images, "
-        "95% percentile interval; seeds too: each side's seeds resampled as well, where both have two or more; "
-        "wins: fraction of seed pairs in which the configuration scores higher):",
+        f"Difference from `{base}` (seeds pooled per image; paired bootstrap over images, 95% percentile "
+        "interval; where both sides have two or more seeds, seeds too: each side's seeds resampled as well "
+        "(approximate), and seed means' t: the Welch t interval of the seeds' means; wins: fraction of seed "
+        "pairs in which the configuration scores higher):",
         "",
-        "| configuration | metric | half | difference | 95% interval | significant | seeds too: 95% interval "
-        "| significant | seed-pair wins |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| configuration | metric | half | difference | 95% interval | significant | seeds too | significant "
+        "| seed means' t | significant | seed-pair wins |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, e in report["configs"].items():
         for part, diffs in e["vs_baseline"].items():
             for m, d in diffs.items():
-                both = d.get("seeds_too")
+                cells = [f"{100 * d['delta']:+.2f}", interval(d, 2), "yes" if d["significant"] else "no"]
+                for extra in (d.get("seeds_too"), d.get("seed_means_t")):
+                    cells += (
+                        [interval(extra, 2), "yes" if extra["significant"] else "no"] if extra else ["–", "–"]
+                    )
                 lines.append(
-                    f"| {label} | {METRICS[m]} | {part} | {100 * d['delta']:+.2f} | {interval(d, 2)} | "
-                    f"{'yes' if d['significant'] else 'no'} | {interval(both, 2) if both else '–'} | "
-                    f"{('yes' if both['significant'] else 'no') if both else '–'} | {d['seed_pair_wins']:.2f} |"
+                    f"| {label} | {METRICS[m]} | {part} | "
+                    + " | ".join(cells)
+                    + f" | {d['seed_pair_wins']:.2f} |"
                 )
     lines += ["", *verdict_lines(report)]
     if missing:
@@ -121,12 +126,13 @@ def summary_table(report: dict) -> str:
     where = f"the held-out odd half ({n // 2} of {n} images)" if part == "odd" else f"all {n} images"
     short = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 no BP", "CIDEr": "CIDEr-D"}
     head = ["configuration", "seeds", *short.values(), *(f"Δ {name} [95%]" for name in short.values()),
-            "Δ CIDEr-D, seeds too [95%]", "seed pairs above (CIDEr-D)"]  # fmt: skip
+            "Δ CIDEr-D: seeds too", "Δ CIDEr-D: seed means' t", "seed pairs above (CIDEr-D)"]  # fmt: skip
     lines = [
         f"At `{report['setting']['chosen']}`, on {where}, ×100: mean ± std over seeds; Δ: minus `{base}`, with "
-        "the 95% paired bootstrap interval (images resampled, seeds pooled per image); seeds too: each side's "
-        "seeds resampled as well (both need two or more), the interval of the recipes rather than of these "
-        "trained models.",
+        "the 95% paired bootstrap interval (images resampled, seeds pooled per image): would these trained "
+        "models differ on other photos. Where both sides have two or more seeds, two 95% intervals that ask "
+        "whether the recipes would differ if trained again: seeds too (each side's seeds resampled as well as "
+        "the images; approximate) and seed means' t (Welch's t over the seeds' scores; few seeds make it wide).",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -142,8 +148,9 @@ def summary_table(report: dict) -> str:
                 f"{100 * d['delta']:+.1f} {interval(d, 1)}" + (" *" if d["significant"] else "") if d else "–"
             )
         d = diffs.get("CIDEr")
-        both = d and d.get("seeds_too")
-        cells.append(interval(both, 1) + (" *" if both["significant"] else "") if both else "–")
+        for key in ("seeds_too", "seed_means_t"):
+            extra = d and d.get(key)
+            cells.append(interval(extra, 1) + (" *" if extra["significant"] else "") if extra else "–")
         n_pairs = len(e["seeds"]) * len(report["configs"][base]["seeds"])
         cells.append(f"{round(d['seed_pair_wins'] * n_pairs)} of {n_pairs}" if d else "–")
         lines.append(f"| {label} | {len(e['seeds'])} | " + " | ".join(cells) + " |")
@@ -154,37 +161,39 @@ def summary_table(report: dict) -> str:
 def verdict_lines(report: dict) -> list[str]:
     """Which differences from the baseline are significant, read where the decoding was not chosen (the odd
     half when it was chosen on the even one, else the whole split): over the images, and where both sides
-    have seeds to resample, over the seeds too."""
+    have two or more seeds, whether it holds with the seeds resampled too and in the seeds' own t interval."""
     part = read_part(report)
     where = "the held-out odd half" if part == "odd" else "the whole split"
+    base = report["baseline"]
     lines = [
-        f'Read on {where} (95% bootstrap intervals; significant = the interval excludes 0; "images": these '
-        'trained models on other images, "seeds too": the recipes trained again):',
+        f"Read on {where} (95% intervals; significant = the interval excludes 0; first the paired bootstrap "
+        "over images, then, where both sides have two or more seeds, seeds too and seed means' t):",
         "",
     ]
     for label, e in report["configs"].items():
         diffs = e["vs_baseline"].get(part)
         if not diffs:
             continue
-        one_seed = any(d.get("seeds_too") is None for d in diffs.values())
         said = []
         for m, d in diffs.items():
-            both = d.get("seeds_too")
             if not d["significant"]:
                 said.append(f"not different on {METRICS[m]}")
                 continue
             side = "above" if d["delta"] > 0 else "below"
-            value = f"{100 * d['delta']:+.2f} {interval(d, 2)}"
-            if both is None:
-                said.append(f"{side} on {METRICS[m]} ({value})")
-            elif both["significant"]:
-                said.append(f"{side} on {METRICS[m]} ({value}; seeds too {interval(both, 2)})")
-            else:
-                said.append(
-                    f"{side} on {METRICS[m]} over images ({value}) but not over seeds too ({interval(both, 2)})"
-                )
-        caveat = " (one seed a side: over images only, the seeds' spread unknown)" if one_seed else ""
-        lines.append(f"- {label} against {report['baseline']}{caveat}: " + "; ".join(said) + ".")
+            levels = {"seeds too": d.get("seeds_too"), "seed means' t": d.get("seed_means_t")}
+            shown = "".join(f"; {name} {interval(iv, 2)}" for name, iv in levels.items() if iv)
+            failed = [name for name, iv in levels.items() if iv and not iv["significant"]]
+            said.append(
+                f"{side} on {METRICS[m]} ({100 * d['delta']:+.2f} {interval(d, 2)}{shown})"
+                + (f", over images only: not with {' or '.join(failed)}" if failed else "")
+            )
+        single = [
+            name
+            for name, n in ((label, len(e["seeds"])), (base, len(report["configs"][base]["seeds"])))
+            if n < 2
+        ]
+        caveat = f" ({' and '.join(single)}: one seed, so over images only)" if single else ""
+        lines.append(f"- {label} against {base}{caveat}: " + "; ".join(said) + ".")
     return lines
 
 

@@ -196,10 +196,13 @@ def seed_image_bootstrap(
 
     ``paired_bootstrap(pooled(a), pooled(b))`` resamples images only: it answers "would these trained models
     still differ on other images", not "would the recipes differ when trained again". This interval also
-    holds the seed-to-seed spread (the two-level bootstrap of Davison & Hinkley 1997, §3.8; as the stratified
-    bootstrap over runs of Agarwal et al. 2021). With three seeds a system has ten distinct seed draws and
-    the bootstrap's seed variance is (n−1)/n of the sample's: read it as the wider companion of the image
-    interval, not as exact. With one seed per system it is ``paired_bootstrap`` on the same draws.
+    holds the seed-to-seed spread. Images and seeds are crossed (every seed captions every image), and
+    resampling both independently is the "pigeonhole" bootstrap of Owen (2007), which no bootstrap of a
+    crossed design makes exact (McCullagh 2000): it counts the image × seed interaction in twice, while with
+    n seeds the bootstrap's seed variance is only (n−1)/n of the sample's and a system has few distinct seed
+    draws (3 for two seeds, 10 for three). Read it as an approximate, wider companion of the image interval,
+    beside the seeds' own t interval (``welch_interval``), not as exact. With one seed per system it is
+    ``paired_bootstrap`` on the same draws.
 
     Draw order (images, then a's seeds, then b's) is part of the contract: one seed each reproduces
     ``paired_bootstrap(a[0], b[0], seed=seed)`` exactly."""
@@ -213,7 +216,12 @@ def seed_image_bootstrap(
     images = rng.integers(0, len(first.ids), size=(resamples, len(first.ids)))  # (R, N) image draws
     # (R, S) how often each seed is drawn in each resample: the weights of its statistics in the pool
     weights = [
-        np.stack([np.bincount(row, minlength=len(runs)) for row in rng.integers(0, len(runs), (resamples, len(runs)))])
+        np.stack(
+            [
+                np.bincount(row, minlength=len(runs))
+                for row in rng.integers(0, len(runs), (resamples, len(runs)))
+            ]
+        )
         for runs in (a, b)
     ]
     out = {}
@@ -251,6 +259,23 @@ def pooled(stats: Sequence[ImageStats]) -> ImageStats:
         sum(s.counts for s in aligned),
         np.mean([s.cider for s in aligned], axis=0),
     )
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float] | None:
+    """``mean(b) − mean(a)`` over seeds and its 95% Welch t interval (unequal variances, Welch–Satterthwaite
+    degrees of freedom rounded down: the wider quantile), or None with fewer than 2 values on either side.
+    It sees each seed's score only, not the images: with 2–3 seeds its few degrees of freedom make it wide,
+    which is the point of it next to the bootstrap intervals."""
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if len(x) < 2 or len(y) < 2:
+        return None
+    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    delta = float(y.mean() - x.mean())
+    if va + vb == 0:
+        return delta, delta, delta
+    df = (va + vb) ** 2 / (va**2 / (len(x) - 1) + vb**2 / (len(y) - 1))
+    half = _T975[max(k for k in _T975 if k <= max(1, math.floor(df)))] * math.sqrt(va + vb)
+    return delta, delta - half, delta + half
 
 
 # Student's t 97.5% quantiles by degrees of freedom (two-sided 95%), so seeds' intervals need no scipy.

@@ -17,6 +17,7 @@ from captioning.metrics.bootstrap import (
     paired_bootstrap,
     pooled,
     seed_image_bootstrap,
+    welch_interval,
 )
 
 WORDS = [
@@ -223,3 +224,35 @@ def test_seed_image_bootstrap_refuses_bad_arguments():
         seed_image_bootstrap([a], [a], metrics=("METEOR",))
     with pytest.raises(ValueError, match="ids differ"):
         seed_image_bootstrap([a], [image_stats({k: refs[k] for k in list(refs)[:5]}, good)])
+
+
+def test_seed_image_bootstrap_pairs_every_run_by_image_id():
+    """Runs listed in other image orders (as results files may be) give the same intervals."""
+    refs, good, bad = corpus(12, n=30)
+    _, mid, _ = corpus(13, n=30)
+    mid = {i: mid[i] if i % 3 else good[i] for i in refs}
+    reordered = dict(reversed(list(refs.items())))
+    a = [image_stats(refs, good), image_stats(refs, mid)]
+    b = [image_stats(refs, bad), image_stats(refs, mid)]
+    mixed_a = [a[0], image_stats(reordered, mid)]
+    mixed_b = [image_stats(reordered, bad), image_stats(reordered, mid)]
+    same = seed_image_bootstrap(a, b, resamples=200, seed=5, metrics=ALL)
+    mixed = seed_image_bootstrap(mixed_a, mixed_b, resamples=200, seed=5, metrics=ALL)
+    for m in ALL:
+        assert (mixed[m].delta, mixed[m].low, mixed[m].high) == pytest.approx(
+            (same[m].delta, same[m].low, same[m].high), rel=1e-12, abs=1e-15
+        )
+
+
+def test_welch_interval_of_seed_means():
+    # equal sizes and variances: df = 4, t = 2.776, se = sqrt(1/3 + 1/3)
+    delta, low, high = welch_interval([1, 2, 3], [2, 3, 4])
+    assert delta == 1 and (low, high) == pytest.approx(
+        (1 - 2.776 * (2 / 3) ** 0.5, 1 + 2.776 * (2 / 3) ** 0.5)
+    )
+    # unequal variances: Welch-Satterthwaite df = 1.03 -> 1 (the wider quantile, 12.706)
+    delta, low, high = welch_interval([0.50, 0.51, 0.52], [0.40, 0.50])
+    se = (0.0001 / 3 + 0.005 / 2) ** 0.5
+    assert delta == pytest.approx(-0.06) and high - delta == pytest.approx(12.706 * se)
+    assert welch_interval([0.5], [0.4, 0.5]) is None and welch_interval([0.5, 0.6], []) is None
+    assert welch_interval([0.5, 0.5], [0.6, 0.6]) == pytest.approx((0.1, 0.1, 0.1))

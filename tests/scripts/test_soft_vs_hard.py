@@ -14,7 +14,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import soft_vs_hard  # noqa: E402
 import soft_vs_hard_pages  # noqa: E402
 
-from captioning.metrics.bootstrap import image_stats, paired_bootstrap, pooled, seed_image_bootstrap  # noqa: E402
+from captioning.metrics.bootstrap import (  # noqa: E402
+    image_stats,
+    paired_bootstrap,
+    pooled,
+    seed_image_bootstrap,
+    welch_interval,
+)
 from captioning.metrics.coco import tokenize_captions  # noqa: E402
 
 N = 40
@@ -41,6 +47,7 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
         write_run(tmp_path, f"soft-seed{s}", caps)
     for s, caps in enumerate(bad):
         write_run(tmp_path, f"hard-seed{s}", caps)
+    write_run(tmp_path, "single-seed0", bad[0])  # one seed: no seed level to resample
     (tmp_path / "runs" / "hard-seed2").mkdir()  # a run that never finished
     out = tmp_path / "out"
     assert soft_vs_hard.main([str(tmp_path), "--data", "synthetic", "--baseline", "soft", "--tokenizer",
@@ -72,6 +79,8 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
         assert (got[m]["seeds_too"]["low"], got[m]["seeds_too"]["high"]) == pytest.approx(
             (both[m].low, both[m].high)
         )
+    single = report["configs"]["single"]["vs_baseline"]["all"]["CIDEr"]
+    assert single["significant"] and single["seeds_too"] is None and single["seed_means_t"] is None
     halves = report["configs"]["soft"]["per_seed"]
     assert set(halves) == {"all", "even", "odd"}
     md = (out / "report.md").read_text()
@@ -80,11 +89,16 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
     d = got["CIDEr"]  # one setting: the verdict is read on the whole split
     assert "Read on the whole split" in md
     assert f"- hard against soft: below on BLEU-4 ({100 * got['Bleu_4']['delta']:+.2f}" in md
-    seeds_too = d["seeds_too"]
+    seeds_too, means_t = d["seeds_too"], d["seed_means_t"]
     assert (
         f"below on CIDEr-D ({100 * d['delta']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}]; seeds too "
-        f"[{100 * seeds_too['low']:+.2f}, {100 * seeds_too['high']:+.2f}])" in md
+        f"[{100 * seeds_too['low']:+.2f}, {100 * seeds_too['high']:+.2f}]; seed means' t "
+        f"[{100 * means_t['low']:+.2f}, {100 * means_t['high']:+.2f}])" in md
     )
+    per_seed = report["configs"]["soft"]["per_seed"]["all"], report["configs"]["hard"]["per_seed"]["all"]
+    welch = welch_interval(*([v["CIDEr"] for v in seeds.values()] for seeds in per_seed))
+    assert (means_t["delta"], means_t["low"], means_t["high"]) == pytest.approx(welch)
+    assert "- single against soft (single: one seed, so over images only): below on BLEU-4" in md
     summary = (out / "summary.md").read_text()  # at a glance: the whole split here (one setting, none chosen)
     assert summary.startswith(f"At `runs`, on all {N} images, ×100")
     c = report["configs"]["hard"]["summary"]["all"]["CIDEr"]
@@ -95,7 +109,9 @@ def test_report_numbers_equal_the_bootstrap_on_the_same_captions(tmp_path, refs)
     assert f"{100 * c['mean']:.1f} ± {100 * c['std']:.1f} |" in summary
     assert (
         f"| {100 * d['delta']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] * "
-        f"| [{100 * seeds_too['low']:+.1f}, {100 * seeds_too['high']:+.1f}] * | 0 of 6 |" in summary
+        f"| [{100 * seeds_too['low']:+.1f}, {100 * seeds_too['high']:+.1f}] * "
+        f"| [{100 * means_t['low']:+.1f}, {100 * means_t['high']:+.1f}]{' *' if means_t['significant'] else ''} "
+        "| 0 of 6 |" in summary
     )
     assert "- hard against soft: below on BLEU-4" in summary  # the verdicts come with the table
     assert "| soft | 3 |" in summary and summary.count("| – |") >= 1
@@ -261,47 +277,52 @@ def test_the_reports_command_names_no_machine_folder(tmp_path, monkeypatch):
 
 
 def test_the_verdicts_say_at_which_level_a_difference_holds():
-    """Images and seeds, images only, or one seed (its spread unknown): each verdict says which, and the
-    summary shows the seeds-too interval only where it exists."""
+    """Every level, images only, or one seed (its spread unknown): each verdict says which, and the summary
+    shows the seed-level intervals only where they exist."""
 
-    def diff(delta, low, high, seeds_too):
-        return {"delta": delta, "low": low, "high": high, "significant": low > 0 or high < 0,
-                "seed_pair_wins": 0.0, "seeds_too": seeds_too}  # fmt: skip
+    def iv(low, high):
+        return {"low": low, "high": high, "significant": low > 0 or high < 0}
+
+    def diff(delta, low, high, seeds_too, means_t):
+        return {"delta": delta, **iv(low, high), "seed_pair_wins": 0.0, "seeds_too": seeds_too,
+                "seed_means_t": means_t}  # fmt: skip
 
     def config(seeds, vs):
         stat = {"mean": 0.5, "std": float("nan") if seeds == 1 else 0.01, "ci95": 0.0}
         return {"seeds": list(range(seeds)), "summary": {"all": {m: stat for m in ("Bleu_4", "Bleu_4_nobp", "CIDEr")}},
                 "vs_baseline": {"all": vs} if vs else {}}  # fmt: skip
 
-    flat = diff(0.001, -0.01, 0.012, {"low": -0.02, "high": 0.02, "significant": False})
+    flat = diff(0.001, -0.01, 0.012, iv(-0.02, 0.02), iv(-0.03, 0.03))
     report = {
         "baseline": "soft", "images": 40, "setting": {"chosen": "val-beam5", "candidates": {}},
         "configs": {
             "soft": config(3, None),
             "both": config(3, {"Bleu_4": flat, "Bleu_4_nobp": flat,
-                               "CIDEr": diff(-0.07, -0.1, -0.04, {"low": -0.11, "high": -0.03, "significant": True})}),
+                               "CIDEr": diff(-0.07, -0.1, -0.04, iv(-0.11, -0.03), iv(-0.09, -0.05))}),
             "images": config(3, {"Bleu_4": flat, "Bleu_4_nobp": flat,
-                                 "CIDEr": diff(-0.03, -0.05, -0.01, {"low": -0.06, "high": 0.005, "significant": False})}),
-            "single": config(1, {"Bleu_4": flat, "Bleu_4_nobp": flat, "CIDEr": diff(-0.07, -0.1, -0.04, None)}),
+                                 "CIDEr": diff(-0.03, -0.05, -0.01, iv(-0.06, 0.005), iv(-0.2, 0.1))}),
+            "single": config(1, {"Bleu_4": flat, "Bleu_4_nobp": flat, "CIDEr": diff(-0.07, -0.1, -0.04, None, None)}),
         },
     }  # fmt: skip
     lines = soft_vs_hard_pages.verdict_lines(report)
     assert lines[0].startswith("Read on the whole split")
     assert lines[2] == (
         "- both against soft: not different on BLEU-4; not different on BLEU-4 without BP; below on CIDEr-D "
-        "(-7.00 [-10.00, -4.00]; seeds too [-11.00, -3.00])."
+        "(-7.00 [-10.00, -4.00]; seeds too [-11.00, -3.00]; seed means' t [-9.00, -5.00])."
     )
-    assert lines[3].endswith("below on CIDEr-D over images (-3.00 [-5.00, -1.00]) but not over seeds too "
-                             "([-6.00, +0.50]).")  # fmt: skip
+    assert lines[3].endswith(
+        "below on CIDEr-D (-3.00 [-5.00, -1.00]; seeds too [-6.00, +0.50]; seed means' t [-20.00, +10.00]), "
+        "over images only: not with seeds too or seed means' t."
+    )
     assert lines[4] == (
-        "- single against soft (one seed a side: over images only, the seeds' spread unknown): not different on "
-        "BLEU-4; not different on BLEU-4 without BP; below on CIDEr-D (-7.00 [-10.00, -4.00])."
+        "- single against soft (single: one seed, so over images only): not different on BLEU-4; not different "
+        "on BLEU-4 without BP; below on CIDEr-D (-7.00 [-10.00, -4.00])."
     )
     summary = soft_vs_hard_pages.summary_table(report)
-    assert "| -7.0 [-10.0, -4.0] * | [-11.0, -3.0] * | 0 of 9 |" in summary
-    assert "| -3.0 [-5.0, -1.0] * | [-6.0, +0.5] | 0 of 9 |" in summary
+    assert "| -7.0 [-10.0, -4.0] * | [-11.0, -3.0] * | [-9.0, -5.0] * | 0 of 9 |" in summary
+    assert "| -3.0 [-5.0, -1.0] * | [-6.0, +0.5] | [-20.0, +10.0] | 0 of 9 |" in summary
     assert (
         "| single | 1 | 50.0 | 50.0 | 50.0 |" in summary
-        and "| -7.0 [-10.0, -4.0] * | – | 0 of 3 |" in summary
+        and "| -7.0 [-10.0, -4.0] * | – | – | 0 of 3 |" in summary
     )
     assert summary.endswith(lines[-1] + "\n")
