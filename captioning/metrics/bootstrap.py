@@ -200,7 +200,7 @@ def seed_image_bootstrap(
     resampling both independently is the "pigeonhole" bootstrap of Owen (2007), which no bootstrap of a
     crossed design makes exact (McCullagh 2000): it counts the image × seed interaction in twice, while with
     n seeds the bootstrap's seed variance is only (n−1)/n of the sample's and a system has few distinct seed
-    draws (3 for two seeds, 10 for three). Read it as an approximate, wider companion of the image interval,
+    draws (3 for two seeds, 10 for three). Read it as an approximate companion of the image interval,
     beside the seeds' own t interval (``welch_interval``), not as exact. With one seed per system it is
     ``paired_bootstrap`` on the same draws.
 
