@@ -8,6 +8,7 @@ decoding ``setting``); none computes a score, so a page can never say what the r
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import matplotlib
@@ -199,14 +200,16 @@ def verdict_lines(report: dict) -> list[str]:
 
 def short_labels(labels: list[str]) -> list[str]:
     """Tick labels: the prefix every configuration shares dropped (``flickr8k_``), an extra reading's setting
-    on its own line without the split (``@ beam5-hard_attention=expected``)."""
+    below it without the split, one option a line (``@ beam5`` / ``hard_attention=expected``), so neighbouring
+    labels do not run into each other."""
     names = [label.split(" @ ")[0] for label in labels]
     cut = len(os.path.commonprefix(names)) if len(names) > 1 else 0
     cut = names[0].rfind("_", 0, cut) + 1 if cut else 0  # a whole word of the prefix, never half a name
     out = []
     for label, name in zip(labels, names):
         _, sep, setting = label.partition(" @ ")
-        out.append(name[cut:] + (f"\n@ {setting.partition('-')[2] or setting}" if sep else ""))
+        options = re.sub(r"-(?=[A-Za-z_])", "\n", setting.partition("-")[2] or setting)  # not a value's minus
+        out.append(name[cut:] + (f"\n@ {options}" if sep else ""))
     return out
 
 

@@ -236,7 +236,7 @@ def test_the_charts_labels_drop_the_shared_prefix_and_name_an_extra_readings_set
     assert soft_vs_hard_pages.short_labels(labels) == [
         "soft",
         "hard_gumbel",
-        "hard_gumbel\n@ beam5-hard_attention=expected",
+        "hard_gumbel\n@ beam5\nhard_attention=expected",
     ]
     assert soft_vs_hard_pages.short_labels(["hard_a", "hard_b"]) == [
         "a",
@@ -244,6 +244,9 @@ def test_the_charts_labels_drop_the_shared_prefix_and_name_an_extra_readings_set
     ]  # a whole word of the prefix only
     assert soft_vs_hard_pages.short_labels(["softer", "soft"]) == ["softer", "soft"]  # never half a name
     assert soft_vs_hard_pages.short_labels(["soft"]) == ["soft"]
+    assert soft_vs_hard_pages.short_labels(["a", "b @ val-beam5-length_penalty=-0.5"])[1] == (
+        "b\n@ beam5\nlength_penalty=-0.5"
+    )
 
 
 def test_two_jobs_of_one_configuration_and_seed_are_refused_by_name(tmp_path):
