@@ -220,7 +220,8 @@ def analyse(runs: dict[str, dict[int, Path]], stats_of: RunStats, baseline: str,
     base_scores = {
         p: {seed: score(s.take(rows)) for seed, s in stats[baseline].items()} for p, rows in parts.items()
     }
-    base_pooled = {p: pooled([s.take(rows) for s in stats[baseline].values()]) for p, rows in parts.items()}
+    base_runs = {p: [s.take(rows) for s in stats[baseline].values()] for p, rows in parts.items()}
+    base_pooled = {p: pooled(runs_here) for p, runs_here in base_runs.items()}
     report: dict = {
         "baseline": baseline, "tokenizer": stats_of.tokenizer, "images": len(stats_of.refs_tok), "configs": {}
     }  # fmt: skip
@@ -241,9 +242,8 @@ def analyse(runs: dict[str, dict[int, Path]], stats_of: RunStats, baseline: str,
             )
             # the seeds' spread too, where both sides have one to resample (a single seed has none)
             both = len(runs_here) > 1 and len(stats[baseline]) > 1
-            base_runs = [s.take(rows) for s in stats[baseline].values()]
             seeds_too = (
-                seed_image_bootstrap(base_runs, runs_here, resamples=resamples, metrics=tuple(METRICS))
+                seed_image_bootstrap(base_runs[part], runs_here, resamples=resamples, metrics=tuple(METRICS))
                 if both
                 else {}
             )
@@ -259,23 +259,20 @@ def analyse(runs: dict[str, dict[int, Path]], stats_of: RunStats, baseline: str,
             entry["vs_baseline"][part] = {
                 m: {
                     **vars(d), "significant": d.significant, "seed_pair_wins": wins[m],
-                    "seeds_too": (
-                        {"low": seeds_too[m].low, "high": seeds_too[m].high, "significant": seeds_too[m].significant}
-                        if m in seeds_too
-                        else None
-                    ),
+                    "seeds_too": interval_entry(seeds_too[m].low, seeds_too[m].high) if m in seeds_too else None,
                     # the seeds' own scores only: their means' difference and its Welch t interval
-                    "seed_means_t": (
-                        {"delta": welch[m][0], "low": welch[m][1], "high": welch[m][2],
-                         "significant": welch[m][1] > 0 or welch[m][2] < 0}
-                        if welch[m]
-                        else None
-                    ),
+                    "seed_means_t": interval_entry(*welch[m][1:], delta=welch[m][0]) if welch[m] else None,
                 }
                 for m, d in diffs.items()
             }  # fmt: skip
         report["configs"][label] = entry
     return report
+
+
+def interval_entry(low: float, high: float, **more: float) -> dict:
+    """A seed-level interval as the report stores it; significant as ``Difference.significant``: it
+    excludes 0."""
+    return {**more, "low": low, "high": high, "significant": low > 0 or high < 0}
 
 
 def shown(argv: list[str]) -> list[str]:

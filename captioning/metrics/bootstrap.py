@@ -214,33 +214,42 @@ def seed_image_bootstrap(
     b = [_aligned(first, s) for s in b]
     rng = np.random.default_rng(seed)
     images = rng.integers(0, len(first.ids), size=(resamples, len(first.ids)))  # (R, N) image draws
-    # (R, S) how often each seed is drawn in each resample: the weights of its statistics in the pool
+    # per system (R, S): how often each seed is drawn in each resample, the weight of its statistics in the pool
     weights = [
-        np.stack(
-            [
-                np.bincount(row, minlength=len(runs))
-                for row in rng.integers(0, len(runs), (resamples, len(runs)))
-            ]
-        )
+        (rng.integers(0, len(runs), (resamples, len(runs)))[:, :, None] == np.arange(len(runs))).sum(1)
         for runs in (a, b)
     ]
+    # per system, once for both BLEU variants: the drawn seeds' statistics summed over the drawn images
+    bleu_sums = (
+        [_drawn_bleu_sums(runs, images, w) for runs, w in zip((a, b), weights)]
+        if any(m.startswith("Bleu") for m in metrics)
+        else []
+    )
+    full = pooled(a), pooled(b)
     out = {}
     for metric in metrics:
-        scores = []
-        for runs, w in zip((a, b), weights):
-            if metric.startswith("Bleu"):
-                # per seed the resampled corpus sums: lengths (R, 1), n-gram matches and counts (R, 1, 4)
-                sums = [[x[images].sum(1, keepdims=True) for x in run._bleu_arrays()] for run in runs]
-                pooled_sums = [
-                    sum(w[:, k].reshape(-1, *[1] * (s[j].ndim - 1)) * s[j] for k, s in enumerate(sums))
-                    for j in range(4)
-                ]  # the drawn seeds' sums, each counted as often as it was drawn
-                scores.append(_bleu4(*pooled_sums, brevity=metric == "Bleu_4"))  # (R,)
-            else:
-                means = np.stack([run.cider[images].mean(-1) for run in runs], axis=1)  # (R, S)
-                scores.append((w * means).sum(1) / w.sum(1))  # (R,) mean over the drawn seeds
-        full = (_corpus(metric, pooled(a)), _corpus(metric, pooled(b)))
-        out[metric] = _difference(metric, full, scores[1] - scores[0], confidence)
+        if metric.startswith("Bleu"):
+            sa, sb = (_bleu4(*sums, brevity=metric == "Bleu_4") for sums in bleu_sums)  # (R,)
+        else:
+            # (R, S) each seed's mean CIDEr-D on the drawn images -> (R,) the mean over the drawn seeds
+            sa, sb = (
+                (w * np.stack([run.cider[images].mean(-1) for run in runs], axis=1)).sum(1) / w.sum(1)
+                for runs, w in zip((a, b), weights)
+            )
+        out[metric] = _difference(
+            metric, (_corpus(metric, full[0]), _corpus(metric, full[1])), sb - sa, confidence
+        )
+    return out
+
+
+def _drawn_bleu_sums(runs: Sequence[ImageStats], images: np.ndarray, weights: np.ndarray) -> list[np.ndarray]:
+    """The BLEU statistics of each resample's drawn seeds on its drawn images (``images`` (R, N), ``weights``
+    (R, S)), summed with each seed counted as often as it was drawn: hypothesis and reference lengths (R, 1),
+    n-gram matches and counts (R, 1, 4); the kept image axis is the one ``_bleu4`` sums over."""
+    out = []
+    for j in range(4):  # hyp_len, ref_len, matches, counts
+        per_seed = np.stack([run._bleu_arrays()[j][images].sum(1) for run in runs])  # (S, R) or (S, R, 4)
+        out.append(np.einsum("rs,sr...->r...", weights, per_seed)[:, None])
     return out
 
 
