@@ -169,12 +169,16 @@ def paired_bootstrap(
     b = _aligned(a, b)
     n = len(a.ids)
     index = np.random.default_rng(seed).integers(0, n, size=(resamples, n))  # (R, N) image draws
+    # per system, once for both BLEU variants: its statistics summed over each resample's images, (R, 1[, 4])
+    bleu_sums = (
+        [[x[index].sum(1, keepdims=True) for x in s._bleu_arrays()] for s in (a, b)]
+        if any(m.startswith("Bleu") for m in metrics)
+        else []
+    )
     out = {}
     for metric in metrics:
         if metric in ("Bleu_4", "Bleu_4_nobp"):
-            brevity = metric == "Bleu_4"
-            sa = _bleu4(*(x[index] for x in a._bleu_arrays()), brevity=brevity)  # (R,)
-            sb = _bleu4(*(x[index] for x in b._bleu_arrays()), brevity=brevity)
+            sa, sb = (_bleu4(*sums, brevity=metric == "Bleu_4") for sums in bleu_sums)  # (R,)
         else:
             sa, sb = a.cider[index].mean(-1), b.cider[index].mean(-1)  # (R,)
         out[metric] = _difference(metric, (_corpus(metric, a), _corpus(metric, b)), sb - sa, confidence)
