@@ -54,13 +54,9 @@ references must be the same captions.
 from __future__ import annotations
 
 import argparse
-import fcntl
-import os
 import shlex
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import contextmanager, nullcontext
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -73,6 +69,7 @@ from omegaconf import DictConfig
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its neighbours, scripts too
 from compare import setting_name  # noqa: E402
 from scst_sweep import captioning_train, log_tail  # noqa: E402
+from step_chain import file_lock, run_steps  # noqa: E402
 from sweep_jobs import (  # noqa: E402
     describe_only,
     find_jobs,
@@ -293,38 +290,6 @@ def recorded(args: argparse.Namespace, experiment: str, job: int) -> bool:
         if finished_summary(run / "run.json") is None or not folders <= done:
             return False
     return True
-
-
-@contextmanager
-def file_lock(path: Path, wait: bool = True):
-    """An advisory lock on ``path`` across processes; yields False when ``wait`` is off and it is taken."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def run_steps(steps: list[tuple[str, list[str]]], log: Path, shared_lock: Path | None = None) -> str | None:
-    """Run the steps in order, appending their output to ``log``; the name of the step that failed, or None.
-    Steps named ``record ...`` or ``report ...`` hold ``shared_lock``: one writer of the records at a time."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    for name, argv in steps:
-        shared = shared_lock is not None and name.startswith(("record", "report"))
-        with file_lock(shared_lock) if shared else nullcontext(), open(log, "a") as out:
-            out.write(f"\n### {name}: {shlex.join(argv)}\n")
-            out.flush()
-            code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
-        if code != 0:
-            return f"{name} (exit {code})"
-    return None
 
 
 HELD = "held"  # run_chain's answer for a pair (or its job folder) another process is running
