@@ -26,15 +26,13 @@ synthetic scene: it can only describe coloured shapes.
 
 from __future__ import annotations
 
-import io
 import itertools
-import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,7 +41,7 @@ from torch import Tensor
 
 from captioning.checkpoints.ensemble import load_captioners
 from captioning.checkpoints.load import LoadedCheckpoint
-from captioning.data.images import decode_rgb, image_to_tensor, load_rgb, to_rgb
+from captioning.data.images import image_to_tensor
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.decoding.captions import (  # noqa: F401 - the errors for callers
     BrokenOutput,
@@ -56,11 +54,7 @@ from captioning.decoding.captions import (  # noqa: F401 - the errors for caller
 from captioning.decoding.search import hard_attention_layers
 from captioning.hashing import encoder_identity
 from captioning.inference.consensus import ConsensusReranker
-
-# bytes: a path (os.fsencode) or, with a NUL byte no path can hold, an image file's encoded bytes;
-# a binary file object (open(..., "rb"), io.BytesIO) is read as an encoded image too.
-ImageInput = str | Path | bytes | memoryview | BinaryIO | Image.Image | torch.Tensor | np.ndarray
-SINGLE = (str, Path, bytes, bytearray, memoryview, Image.Image, torch.Tensor, np.ndarray, io.IOBase)
+from captioning.inference.image_inputs import SINGLE, ImageInput, as_pil, failure_reason, input_name
 
 
 @dataclass
@@ -164,92 +158,6 @@ def is_synthetic_scene(picture: Image.Image) -> bool:
     return picture.size == (CANVAS, CANVAS)
 
 
-def as_pil(image: ImageInput) -> Image.Image:
-    """Any accepted input as an 8-bit RGB PIL image (paths through the checked loader); an empty image
-    (0 pixels) is refused: its caption would be made up."""
-    return _nonempty(_as_pil(image))
-
-
-def _nonempty(picture: Image.Image) -> Image.Image:
-    if picture.width < 1 or picture.height < 1:
-        raise ValueError(
-            f"an image of {picture.width}x{picture.height} pixels has nothing to caption or draw on"
-        )
-    return picture
-
-
-def _as_pil(image: ImageInput) -> Image.Image:
-    if isinstance(image, str | bytes | bytearray | memoryview) and not len(image):
-        raise ValueError("an empty string or bytes is neither an image path nor image data")
-    if isinstance(image, memoryview):
-        image = image.tobytes()
-    if isinstance(image, bytes | bytearray):
-        if b"\0" in image:  # no path holds a NUL byte, and every image format's header does
-            return decode_rgb(bytes(image), name=f"<{len(image)} bytes of image data>")
-        return load_rgb(os.fsdecode(bytes(image)))
-    if isinstance(image, io.IOBase) or (hasattr(image, "read") and not isinstance(image, Image.Image)):
-        return decode_rgb(image, name=getattr(image, "name", None) or f"<{type(image).__name__}>")
-    if isinstance(image, str | Path):
-        return load_rgb(image)
-    if isinstance(image, Image.Image):
-        _nonempty(image)  # before decoding: an empty RGBA image would fail inside the compositing
-        try:  # a lazily opened file is decoded here: a truncated one fails now, named
-            image.load()
-        except (OSError, SyntaxError, ValueError, EOFError) as err:
-            name = getattr(image, "filename", "") or "a PIL image"
-            raise ValueError(f"{name}: the PIL image cannot be decoded ({err})") from err
-        return to_rgb(image)
-    if isinstance(image, torch.Tensor):
-        if image.dim() != 3 or image.shape[0] not in (1, 3) or image.shape[1] < 1 or image.shape[2] < 1:
-            raise ValueError(f"an image tensor must be (3, H, W) or (1, H, W), got {tuple(image.shape)}")
-        array = image.detach().cpu()
-        if array.is_floating_point():  # floats mean [0, 1]; anything else would silently clip
-            if not torch.isfinite(array).all():
-                raise ValueError("an image tensor has NaN/inf values; expected floats in [0, 1]")
-            lo, hi = float(array.min()), float(array.max())
-            if lo < -1e-3 or hi > 1 + 1e-3:
-                raise ValueError(
-                    f"a float image tensor must hold values in [0, 1], got [{lo:.3g}, {hi:.3g}] "
-                    "(divide 0-255 data by 255, or pass a uint8 tensor)"
-                )
-        elif array.dtype != torch.uint8:  # integers are 0-255 pixel values; a cast would wrap the others
-            if array.dtype == torch.bool or array.is_complex():
-                raise ValueError(
-                    f"an image tensor of {array.dtype} cannot be pixels; expected uint8 or floats in [0, 1]"
-                )
-            lo, hi = int(array.min()), int(array.max())
-            if lo < 0 or hi > 255:
-                raise ValueError(
-                    f"an integer image tensor must hold values in [0, 255], got [{lo}, {hi}] "
-                    "(rescale 16-bit data, or pass floats in [0, 1])"
-                )
-        array = (array.float().clamp(0, 1) * 255).round().byte() if array.is_floating_point() else array
-        return Image.fromarray(array.expand(3, -1, -1).permute(1, 2, 0).numpy().astype(np.uint8))
-    if isinstance(image, np.ndarray):
-        if image.dtype.kind not in "biuf":  # objects, strings, complex: no pixel values
-            raise ValueError(
-                f"an image array of dtype {image.dtype} cannot be pixels; expected uint8 or floats in [0, 1]"
-            )
-        shape_ok = image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (1, 3, 4))
-        if shape_ok and image.size and image.dtype != np.uint8 and image.dtype.kind in "biuf":  # as a tensor:
-            if image.dtype.kind == "u":  # torch has no min/max for uint16/32/64
-                image = image.astype(np.int64)
-            return _as_pil(
-                torch.from_numpy(
-                    np.ascontiguousarray(image if image.ndim == 3 else image[..., None])
-                ).permute(2, 0, 1)[:3]
-            )  # the same checks of range and type; fmt: skip
-        if image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (1, 3, 4)):
-            return to_rgb(
-                Image.fromarray(image.squeeze(-1) if image.ndim == 3 and image.shape[2] == 1 else image)
-            )
-        raise ValueError(f"an image array must be (H, W) or (H, W, 3), got {image.shape}")
-    raise TypeError(
-        f"cannot caption a {type(image).__name__}: give a path, PIL image, tensor, array, binary file or "
-        "image bytes"
-    )
-
-
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -263,18 +171,6 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device}: CUDA is not available on this machine (use 'cpu' or 'auto')")
     return device
-
-
-def _reason(err: BaseException, name: str) -> str:
-    """An input's error message without a leading copy of its name (the failure line names it once)."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text.removeprefix(f"{name}: ")
-
-
-def _name(image: ImageInput, index: int) -> str:
-    if isinstance(image, bytes | bytearray) and b"\0" not in image:
-        return os.fsdecode(bytes(image))
-    return str(image) if isinstance(image, str | Path) else f"<input {index}>"
 
 
 class Captioner:
@@ -443,7 +339,7 @@ class Captioner:
     ) -> list[CaptionResult]:
         tensors, names = [], []
         for i, image in enumerate(chunk):  # released after the batch
-            name = _name(image, start + i)
+            name = input_name(image, start + i)
             try:
                 picture = as_pil(image)
                 tensors.append(image_to_tensor(picture, self.image_size))
@@ -454,7 +350,7 @@ class Captioner:
             except (ValueError, TypeError, OSError) as err:  # one bad input: named, the others captioned
                 if failures is None:
                     raise
-                failures.append((start + i, name, _reason(err, name)))
+                failures.append((start + i, name, failure_reason(err, name)))
         if not tensors:
             return []
         chunk = tensors
