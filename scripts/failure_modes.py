@@ -60,12 +60,17 @@ def wrong_gender(said: set[str], refs: list[set[str]]) -> bool:
     )
 
 
+def _unused(vocabulary: set[str], said: set[str], refs: list[set[str]]) -> bool:
+    """A word of ``vocabulary`` in the caption that no reference uses."""
+    return bool(said & vocabulary - set().union(*refs))
+
+
 def wrong_colour(said: set[str], refs: list[set[str]]) -> bool:
-    return bool(said & COLOURS - set().union(*refs))
+    return _unused(COLOURS, said, refs)
 
 
 def wrong_count(said: set[str], refs: list[set[str]]) -> bool:
-    return bool(said & COUNTS - set().union(*refs))
+    return _unused(COUNTS, said, refs)
 
 
 def unseen_dog(said: set[str], refs: list[set[str]]) -> bool:
@@ -73,14 +78,6 @@ def unseen_dog(said: set[str], refs: list[set[str]]) -> bool:
 
 
 RULES = {"gender": wrong_gender, "colour": wrong_colour, "count": wrong_count, "dog": unseen_dog}
-
-
-def references(root: Path) -> dict[str, list[str]]:
-    refs: dict[str, list[str]] = collections.defaultdict(list)
-    for line in (root / "Flickr8k.token.txt").read_text().splitlines():
-        name, caption = line.split("\t")
-        refs[name.split("#")[0]].append(caption)
-    return refs
 
 
 def classify(captions: dict[str, str], refs: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -125,23 +122,20 @@ def main() -> None:
     import torch  # imported here so the rules can be tested without loading torch or a model
 
     from captioning import Captioner
+    from captioning.data.readers import DatasetError, read_flickr8k
 
     torch.set_num_threads(1)  # the cards' timings are one CPU thread
-    root = args.data_root
-    needed = [root / "Flickr_8k.devImages.txt", root / "Flickr8k.token.txt", root / "Flicker8k_Dataset"]
-    if missing := [str(p) for p in needed if not p.exists()]:
-        raise SystemExit(
-            f"failure_modes.py: no Flickr8k at {root} ({', '.join(missing)} missing); set --data-root"
-        )
-    dev = (root / "Flickr_8k.devImages.txt").read_text().split()[: args.num_images]
+    try:  # the project's reader: the dev list's order, captions by their #k, every file checked
+        dev = read_flickr8k(args.data_root, "dev")[: args.num_images]
+    except DatasetError as err:
+        raise SystemExit(f"failure_modes.py: {err} (set --data-root)") from None
     start = time.time()
     model = Captioner.from_checkpoint(args.checkpoint, device="cpu")
     loaded = time.time()
-    results = model.caption([str(root / "Flicker8k_Dataset" / d) for d in dev], batch_size=25)
+    results = model.caption([str(r.path) for r in dev], batch_size=25)
     seconds = (time.time() - loaded) / len(dev)
-    captions = dict(zip(dev, (r.caption for r in results)))
-
-    refs = references(root)
+    captions = {r.path.name: result.caption for r, result in zip(dev, results)}
+    refs = {r.path.name: list(r.captions) for r in dev}
     flagged = classify(captions, refs)
     block = markdown(captions, refs, flagged)
     print(block, end="")
