@@ -16,8 +16,8 @@ import re
 import time
 from pathlib import Path
 
-# These lists reproduce the zoo cards' counts exactly. The finetune_scst card was made by its own script
-# (docs/results/flickr8k/finetune_scst/failure_modes.py), which also counts "several" and "group".
+# These lists reproduce the counts of the zoo cards written before this script existed (vague words such as
+# "several" and "group" are not counts).
 MALE = {"man", "men", "boy", "boys", "guy", "guys"}
 FEMALE = {"woman", "women", "girl", "girls", "lady", "ladies"}
 COLOURS = {
