@@ -3,8 +3,8 @@
 Every module of ``captioning`` is parsed with ``ast`` (imports at any level, function-local ones too):
 
 * no two modules import each other, directly or round a longer cycle;
-* the libraries never import the entry points (``captioning.cli``, ``captioning.training.train``,
-  ``captioning.benchmarks``), and the entry points other than the CLI never import ``captioning.cli``
+* the libraries never import the entry points (``captioning.cli``, ``captioning.api``,
+  ``captioning.training.train``, ``captioning.benchmarks``), and the entry points other than the CLI never import ``captioning.cli``
   (process settings are in ``captioning.runtime``, config composition in ``captioning.config``);
 * training may use the inference-level libraries, never the reverse: outside ``captioning.training`` and
   the entry points nothing imports ``captioning.training``;
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "captioning"
-ENTRY_POINTS = ("captioning.cli", "captioning.training.train", "captioning.benchmarks")
+ENTRY_POINTS = ("captioning.cli", "captioning.api", "captioning.training.train", "captioning.benchmarks")
 
 
 def _within(module: str, prefix: str) -> bool:
