@@ -158,7 +158,9 @@ def run_evaluation(
     cfg, choices = _compose("eval", overrides)
     check_eval_config(cfg)  # unknown keys (+bogus=1), feature_cache=maybe, data.test.seed=abc: one line
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out-dir {out_dir}: is a file; expected a folder for results.json and scores.json")
+        raise ValueError(
+            f"--out-dir {out_dir}: is a file; expected a folder for results.json and scores.json"
+        )
     if out_dir is not None:  # before the decoding: results.json a folder, a model file ...
         evaluation_outputs(out_dir, checkpoints)
     resolve_device(cfg.device)  # a bad device= is one line naming it, before any work
@@ -198,7 +200,9 @@ def evaluate(
     overrides = _check_overrides(overrides, "evaluate")
     given = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
     if not given or not all(isinstance(c, str | Path) and str(c).strip() for c in given):
-        raise TypeError(f"evaluate: checkpoint={checkpoint!r}; expected a path or zoo name, or a list of them")
+        raise TypeError(
+            f"evaluate: checkpoint={checkpoint!r}; expected a path or zoo name, or a list of them"
+        )
     paths = [checkpoint_path(str(c)) for c in given]
     out = Path(out_dir) if out_dir is not None else None
     try:

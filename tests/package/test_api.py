@@ -19,7 +19,9 @@ TINY = ["debug=tiny", "trainer.max_epochs=1", "trainer.limit_train_batches=2", "
 def test_train_returns_the_run_folder_its_best_checkpoint_and_metrics(tmp_path):
     run = captioning.train(TINY, run_dir=tmp_path / "run")
     assert run.run_dir == tmp_path / "run"
-    assert run.best_checkpoint.is_file() and run.best_checkpoint.is_relative_to(tmp_path / "run" / "checkpoints")
+    assert run.best_checkpoint.is_file() and run.best_checkpoint.is_relative_to(
+        tmp_path / "run" / "checkpoints"
+    )
     summary = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run.metrics == summary["best"]["metrics"] and "val/CIDEr" in run.metrics
     assert summary["checkpoint"] == str(run.best_checkpoint)
@@ -61,7 +63,7 @@ def test_evaluate_scores_as_the_command_does(make_checkpoint, tmp_path, capsys):
     api, cli = (json.loads((tmp_path / d / "scores.json").read_text()) for d in ("api", "cli"))
     assert api["scores"] == cli["scores"] == evaluation.report.to_dict()["scores"]
     assert evaluation.decoding["num_beams"] == 2 and len(evaluation.decoded.captions) == 4
-    with pytest.raises(ValueError, match="num_beams=0: expected an integer in \[1, 64\]"):
+    with pytest.raises(ValueError, match=r"num_beams=0: expected an integer in \[1, 64\]"):
         captioning.evaluate(checkpoint, ["decoding.num_beams=0"])
 
 
