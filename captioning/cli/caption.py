@@ -1,7 +1,9 @@
 """``captioning caption IMAGE|FOLDER|GLOB ... --checkpoint CKPT [--num-beams K] [--overlay OUT.png] [--json]``.
 
 Captions every readable image; each unreadable one is reported on stderr with its path and the reason,
-and the exit status is then 1 (after the good images have been captioned and printed). Images are read
+and the exit status is then 1 (after the good images have been captioned and printed). A photo that looks
+unlike a Flickr8k model's training photos gets a note on stderr ("looks like: espresso (0.69), cup; ...",
+captioning/inference/domain.py), and "domain_notice" in its --json record. Images are read
 per batch and released after it, so memory stays bounded for any number of photos. Decoding options
 are HF ``generate``'s (``captioning.decoding.config``); unset ones are the checkpoint's."""
 
@@ -271,6 +273,10 @@ def run(args: argparse.Namespace) -> int:
             else:
                 extra = f"\t(overlay: {_printable(str(written))})" if written else ""
                 print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
+            if result.domain_notice is not None:  # stdout keeps one record per image; --json has it too
+                print(
+                    f"note: {_printable(result.image)}: {result.domain_notice}", file=sys.stderr, flush=True
+                )
         del batch, results
     if failures["overlays"]:
         print(f"{failures['overlays']} overlays could not be written", file=sys.stderr)

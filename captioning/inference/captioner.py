@@ -21,7 +21,10 @@ A network that captions nothing (NaN/inf scores, or every caption of a batch emp
 ``caption`` is the words for people: ``<unk>`` (a word the vocabulary lacks) is left out of it, and kept
 in ``tokens`` (aligned with the attention rows) and the JSON's "tokens". A checkpoint trained on the
 synthetic scenes (``trained_on == "synthetic"``) warns once when it captions a file that is not a
-synthetic scene: it can only describe coloured shapes.
+synthetic scene: it can only describe coloured shapes. A Flickr8k model's result carries a
+``domain_notice`` when the photo looks unlike its training photos (``captioning.inference.domain``: what
+the encoder's ImageNet classifier sees in it, e.g. "looks like: Egyptian cat (0.78), tabby; ..."), else
+None; ``model.domain = None`` turns the check off.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from captioning.decoding.captions import (  # noqa: F401 - the errors for caller
 from captioning.decoding.search import hard_attention_layers
 from captioning.hashing import encoder_identity
 from captioning.inference.consensus import ConsensusReranker
+from captioning.inference.domain import DomainCheck, DomainNotice, domain_for
 from captioning.inference.image_inputs import SINGLE, ImageInput, as_pil, failure_reason, input_name
 
 
@@ -70,6 +74,7 @@ class CaptionResult:
     image: str = ""  # the path, or "<input i>" for in-memory images
     attention_label: str = ""  # what the attention map is (the decoder's attention_map_label), for overlays
     candidates: list[CaptionResult] = field(default_factory=list, repr=False)  # the n-best list, best first
+    domain_notice: DomainNotice | None = None  # the photo looks unlike the training photos (see above)
 
     def to_json(self) -> dict[str, Any]:
         t, h, w = self.attention.shape
@@ -84,6 +89,7 @@ class CaptionResult:
         }
         if len(self.candidates) > 1:
             out["candidates"] = [{"caption": c.caption, "score": c.score} for c in self.candidates]
+        out["domain_notice"] = self.domain_notice.to_json() if self.domain_notice else None
         return out
 
     def overlay(self, image: ImageInput, path: str | Path | None = None, **options) -> Image.Image:
@@ -158,6 +164,14 @@ def is_synthetic_scene(picture: Image.Image) -> bool:
     return picture.size == (CANVAS, CANVAS)
 
 
+def zoo_data(path: object) -> str | None:
+    """What a zoo model was trained on, by its file name (captioning/zoo.py), or None for another file."""
+    from captioning.zoo import MODELS
+
+    name = Path(str(path)).name
+    return next((m.data for m in MODELS.values() if m.file == name), None)
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -187,6 +201,8 @@ class Captioner:
         meta = {"vocab": {"itos": self.vocab.itos}, "provenance": self.provenance}
         self.trained_on = trained_data(meta, strict=True)
         self._noted_synthetic = False
+        self.domain = domain_for(self.trained_on or zoo_data(self.path))  # None: no domain notices
+        self._domain_check: DomainCheck | None = None
         self.to(device)
 
     @classmethod
@@ -307,6 +323,15 @@ class Captioner:
         for _, name, reason in failures:
             warnings.warn(f"{name}: skipped: {reason}", stacklevel=2)
 
+    def _domain_notices(self, batch: Tensor) -> list[DomainNotice | None]:
+        """Per image of the batch, a notice when it looks unlike the training photos (``self.domain``)."""
+        if self.domain is None:
+            return [None] * len(batch)
+        if self._domain_check is None or self._domain_check.domain is not self.domain:
+            self._domain_check = DomainCheck(self.domain, self.device)
+        self._domain_check.device = self.device
+        return self._domain_check.notices(batch)
+
     def _note_synthetic(self) -> None:
         """Warn once that a synthetic-scene model is captioning a user's photo."""
         if self.trained_on == "synthetic" and not self._noted_synthetic:
@@ -363,6 +388,7 @@ class Captioner:
                 per_image = [decoded[i * n : (i + 1) * n] for i in range(len(chunk))]  # best first
             else:
                 per_image = self._reranked(batch, config, reranker, names)
+        notices = self._domain_notices(batch)
         (h, w) = self.grid
         results = []
         for i in range(len(chunk)):
@@ -382,6 +408,7 @@ class Captioner:
             best = candidates[0]
             check_finite(per_image[i], best.image, self.path)
             best.candidates = candidates
+            best.domain_notice = notices[i]
             results.append(best)
         shown = (
             names[0] if len(names) == 1 else f"{names[0]} and the {len(names) - 1} other images of its batch"
