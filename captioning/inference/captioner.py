@@ -89,7 +89,8 @@ class CaptionResult:
         }
         if len(self.candidates) > 1:
             out["candidates"] = [{"caption": c.caption, "score": c.score} for c in self.candidates]
-        out["domain_notice"] = self.domain_notice.to_json() if self.domain_notice else None
+        if self.domain_notice is not None:  # as candidates: only when there is one
+            out["domain_notice"] = self.domain_notice.to_json()
         return out
 
     def overlay(self, image: ImageInput, path: str | Path | None = None, **options) -> Image.Image:
