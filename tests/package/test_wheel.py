@@ -52,6 +52,7 @@ def installed(tmp_path_factory) -> dict:
     (wheel,) = (tmp / "dist").glob("captioning-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "captioning/conf/train.yaml" in names and "captioning/conf/debug/tiny.yaml" in names
+    assert "captioning/inference/domains/flickr8k.json" in names  # the out-of-domain notice's file
     assert not any(n.startswith(("tests/", "docs/", "scripts/")) for n in names)
 
     venv = tmp / "venv"
@@ -220,12 +221,19 @@ def test_train_and_evaluate_from_python(installed) -> None:
 def test_models_install_gives_a_wheel_its_zoo(installed, tmp_path) -> None:
     release = tmp_path / "release.zip"
     with zipfile.ZipFile(release, "w") as archive:
-        archive.write(
-            REPO / "docs" / "models" / "synthetic_soft.safetensors", "models/synthetic_soft.safetensors"
-        )
+        for name in ("synthetic_soft.safetensors", "flickr8k_soft_scst.safetensors"):
+            archive.write(REPO / "docs" / "models" / name, f"models/{name}")
     b, cwd, env = installed["bin"], installed["cwd"], installed["env"]
     out = _run([b / "captioning", "models", "install", "--from", release], cwd, env).stdout
     cache = Path(env["HOME"]) / ".cache" / "captioning" / "models"
-    assert out == f"synthetic-soft: installed ({cache / 'synthetic_soft.safetensors'})\n"
+    assert out.splitlines() == [
+        f"flickr8k-soft-scst: installed ({cache / 'flickr8k_soft_scst.safetensors'})",
+        f"synthetic-soft: installed ({cache / 'synthetic_soft.safetensors'})",
+    ]
     listed = _run([b / "captioning", "models"], cwd, env).stdout
     assert re.search(r"synthetic-soft\s+synthetic\s+\d+\.\d MiB\s+" + re.escape(str(cache)), listed), listed
+    # the installed Flickr8k model by name, with the out-of-domain notice from the wheel's domain file
+    photo = REPO / "examples" / "cameraman.png"
+    done = _run([b / "captioning", "caption", photo, "--checkpoint", "flickr8k-soft-scst"], cwd, env)
+    assert done.stdout.startswith(f"{photo}\ta man")
+    assert done.stderr.startswith(f"note: {photo}: looks like: tripod (0.")
