@@ -83,13 +83,16 @@ def train(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> T
     run = Path(run_dir or (given[-1] if given else datetime.now().strftime("outputs/%Y-%m-%d/%H-%M-%S")))
     if not str(run).strip():
         raise ConfigError("train: run_dir='': expected a folder path")
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
 
     from captioning.training.train import train as run_training
     from captioning.training.train import unknown_key_message
 
-    quoted = json.dumps(str(run.resolve()))  # a quoted override value: any character in the path is kept
-    cfg, _ = _compose("train", [*overrides, f"output_dir={quoted}"], unknown_key_message)
+    if any(o.lstrip("+~").startswith("output_dir=") for o in overrides):
+        raise ConfigError("train: output_dir is the run folder: give run_dir= instead")
+    cfg, _ = _compose("train", overrides, unknown_key_message)
+    with open_dict(cfg):  # what Hydra's run sets (${hydra:runtime.output_dir}); no override quoting needed
+        cfg.output_dir = str(run.resolve())
 
     record = run / ".hydra"
     record.mkdir(parents=True, exist_ok=True)

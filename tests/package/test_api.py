@@ -41,6 +41,7 @@ def test_train_returns_the_run_folder_its_best_checkpoint_and_metrics(tmp_path):
         (["bogus"], ConfigError, "train: 'bogus' is not an override; expected key=value"),
         (["hydra/launcher=local"], ConfigError, "hydra settings other than hydra.run.dir configure the command"),
         ("debug=tiny", TypeError, "expected a list of Hydra overrides"),
+        (["output_dir=elsewhere"], ConfigError, "output_dir is the run folder: give run_dir= instead"),
     ],
 )  # fmt: skip
 def test_bad_overrides_raise_one_line_not_system_exit(overrides, error, message, tmp_path):
