@@ -26,10 +26,8 @@ synthetic scene: it can only describe coloured shapes.
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,19 +40,18 @@ from torch import Tensor
 from captioning.checkpoints.ensemble import load_captioners
 from captioning.checkpoints.load import LoadedCheckpoint
 from captioning.data.images import image_to_tensor
-from captioning.decoding import GenerationConfig, decode_captions
+from captioning.decoding import GenerationConfig
 from captioning.decoding.captions import (  # noqa: F401 - the errors for callers
     BrokenOutput,
-    Caption,
     EmptyCaptions,
     NonFiniteScores,
-    check_finite,
-    check_not_all_empty,
 )
 from captioning.decoding.search import hard_attention_layers
 from captioning.hashing import encoder_identity
+from captioning.inference.batch_decoder import BatchDecoder
 from captioning.inference.consensus import ConsensusReranker
 from captioning.inference.image_inputs import SINGLE, ImageInput, as_pil, failure_reason, input_name
+from captioning.inference.trained_on import trained_data
 
 
 @dataclass
@@ -135,6 +132,22 @@ class ImageInputError(ValueError):
         )
 
 
+@dataclass
+class CaptionedBatch:
+    """One batch of :meth:`Captioner.iter_batches`: the readable inputs' results in input order, the
+    inputs that could not be read, and, when the network captioned nothing (NaN/inf scores, every caption
+    empty), ``broken`` instead of results."""
+
+    indices: list[int] = field(default_factory=list)  # the input position of each readable input
+    names: list[str] = field(default_factory=list)  # each one's name: its path, or "<input i>"
+    results: list[CaptionResult] = field(default_factory=list)  # one per index; empty when broken
+    failures: list[tuple[int, str, str]] = field(default_factory=list)  # (index, name, reason) unreadable
+    broken: BrokenOutput | None = None
+    note: str | None = None  # a synthetic-scene model's note on a photo: on the first batch that needs it
+    pictures: list[Image.Image] = field(default_factory=list, repr=False)  # with overlay_side: one per index
+    tensors: list[Tensor] = field(default_factory=list, repr=False)  # the model inputs, until decoded
+
+
 HIDDEN_WORDS = frozenset({"<unk>"})  # kept in tokens, not shown in the caption
 
 
@@ -180,9 +193,7 @@ class Captioner:
         self.net, self.vocab = loaded.net, loaded.vocab
         self.decoding = GenerationConfig.from_dict(loaded.decoding)
         self.image_size, self.path, self.provenance = loaded.image_size, loaded.path, loaded.provenance
-        self.bf16 = bf16
-        from captioning.inference.evaluation import trained_data
-
+        self.decoder = BatchDecoder.of(loaded, bf16)  # the one batch decoder, shared with evaluate and tune
         # "synthetic" (recorded, or a vocabulary of synthetic-scene words only), a recorded data name, or None
         meta = {"vocab": {"itos": self.vocab.itos}, "provenance": self.provenance}
         self.trained_on = trained_data(meta, strict=True)
@@ -214,6 +225,11 @@ class Captioner:
         from captioning.zoo import resolve
 
         return cls.from_checkpoint(resolve(name), device=device, bf16=bf16)
+
+    @property
+    def bf16(self) -> bool:
+        """Whether batches decode under bfloat16 autocast."""
+        return self.decoder.bf16
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -252,22 +268,47 @@ class Captioner:
         return results
 
     def iter_captions(
+        self, images: ImageInput | Iterable[ImageInput], on_error: str = "raise", **kwargs: Any
+    ) -> Iterator[CaptionResult]:
+        """Results batch by batch (streamed): :meth:`iter_batches` (same arguments) one result at a time.
+        ``on_error``: what an unreadable input does once every good one is yielded: "raise" one
+        :class:`ImageInputError` naming them all, or "skip" them with a warning each. A batch the network
+        captions nothing for raises its :class:`BrokenOutput`."""
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
+        failures: list[tuple[int, str, str]] = []
+        for batch in self.iter_batches(images, **kwargs):
+            if batch.note:
+                warnings.warn(batch.note, stacklevel=2)
+            failures += batch.failures
+            if batch.broken is not None:
+                raise batch.broken
+            yield from batch.results
+        if failures and on_error == "raise":
+            raise ImageInputError(failures)
+        for _, name, reason in failures:
+            warnings.warn(f"{name}: skipped: {reason}", stacklevel=2)
+
+    def iter_batches(
         self,
         images: ImageInput | Iterable[ImageInput],
         batch_size: int = 16,
         seed: int | None = None,
         generator: torch.Generator | None = None,
         reranker: ConsensusReranker | None = None,
-        on_error: str = "raise",
+        overlay_side: int | None = None,
         **options: Any,
-    ) -> Iterator[CaptionResult]:
-        """Results batch by batch (streamed). ``options``: HF ``generate`` names (unset: the checkpoint's);
-        ``seed`` or a ``generator`` (not both) make sampling repeatable. With a ``reranker``
-        (``captioning.inference.consensus``), each caption is the candidate its vote keeps (the beams use
-        ``options``, except what the reranker sets itself: ``RerankConfig.check_decoding``; ``candidates``
-        then lists every distinct candidate). ``on_error``: what an unreadable input does once every good
-        one is yielded: "raise" one :class:`ImageInputError` naming them all, or "skip" them with a warning
-        each."""
+    ) -> Iterator[CaptionedBatch]:
+        """The images read and decoded ``batch_size`` readable ones at a time (each batch released before
+        the next is read), one :class:`CaptionedBatch` each: its results, the inputs that could not be
+        read, and a broken network's error instead of results (the next batch is still decoded: a caller
+        that reports per batch, like ``captioning caption``, goes on). ``options``: HF ``generate`` names
+        (unset: the checkpoint's); ``seed`` or a ``generator`` (not both) make sampling repeatable (one
+        generator for the whole stream). With a ``reranker`` (``captioning.inference.consensus``), each
+        caption is the candidate its vote keeps (the beams use ``options``, except what the reranker sets
+        itself: ``RerankConfig.check_decoding``; ``candidates`` then lists every distinct candidate).
+        ``overlay_side``: also keep each image, shrunk to fit that many pixels, in ``pictures`` (for
+        overlays). Every batch goes through the one :class:`BatchDecoder`."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
         if seed is not None and (
@@ -279,8 +320,6 @@ class Captioner:
                 f"seed={seed} and a generator given together: the generator's state would decide and the "
                 "seed be ignored; pass one of them"
             )
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
         if reranker is not None:  # what the reranker sets itself, named before the options are combined
             reranker.config.check_decoding(options)
         config = self.generation_config(**options)
@@ -293,79 +332,67 @@ class Captioner:
                 f"cannot caption a {type(images).__name__}: give a path, PIL image, tensor, array, binary "
                 "file or image bytes, or a list of them"
             )
-        stream = iter([images] if isinstance(images, SINGLE) else images)
-        failures: list[tuple[int, str, str]] = []
-        for start in itertools.count(0, batch_size):
-            chunk = list(itertools.islice(stream, batch_size))
-            if not chunk:
+        stream = enumerate([images] if isinstance(images, SINGLE) else images)
+        while True:
+            batch = self._read_batch(stream, batch_size, overlay_side)
+            if batch is None:
                 break
-            with torch.no_grad():  # not around the yield: the caller's code between items keeps its grad mode
-                results = self._caption_batch(chunk, start, config, generator, reranker, failures)
-            yield from results
-        if failures and on_error == "raise":
-            raise ImageInputError(failures)
-        for _, name, reason in failures:
-            warnings.warn(f"{name}: skipped: {reason}", stacklevel=2)
+            if batch.indices:
+                try:  # no_grad inside decode, not around the yield: the caller's code keeps its grad mode
+                    batch.results = self._decode(batch, config, generator, reranker)
+                except BrokenOutput as err:
+                    batch.broken = err
+            batch.tensors = []  # released: the caller holds a batch's results, not its model inputs
+            yield batch
 
-    def _note_synthetic(self) -> None:
-        """Warn once that a synthetic-scene model is captioning a user's photo."""
+    def _read_batch(
+        self, stream: Iterator, batch_size: int, overlay_side: int | None
+    ) -> CaptionedBatch | None:
+        """Up to ``batch_size`` readable inputs of ``stream`` as model inputs (S x S), each unreadable one
+        named in ``failures``; None once the stream is exhausted."""
+        batch, read_any = CaptionedBatch(), False
+        for index, image in stream:
+            read_any = True
+            name = input_name(image, index)
+            try:
+                picture = as_pil(image)
+                batch.tensors.append(image_to_tensor(picture, self.image_size))  # (3, S, S)
+            except (ValueError, TypeError, OSError) as err:  # one bad input: named, the others captioned
+                batch.failures.append((index, name, failure_reason(err, name)))
+                continue
+            batch.indices.append(index)
+            batch.names.append(name)
+            if isinstance(image, str | Path) and not is_synthetic_scene(picture):
+                batch.note = batch.note or self._synthetic_note()
+            if overlay_side is not None:  # a photo's full decode is released at once, a copy kept
+                picture.thumbnail((overlay_side, overlay_side), Image.Resampling.BICUBIC)
+                batch.pictures.append(picture)
+            del picture
+            if len(batch.indices) == batch_size:
+                break
+        return batch if read_any else None
+
+    def _synthetic_note(self) -> str | None:
+        """The note that a synthetic-scene model captions a user's photo, once per model."""
         if self.trained_on == "synthetic" and not self._noted_synthetic:
             self._noted_synthetic = True
-            warnings.warn(synthetic_note(self.path), stacklevel=4)
+            return synthetic_note(self.path)
+        return None
 
     @property
     def encoder_identity(self) -> dict:
         """What the encoder's grids depend on (``captioning.data.features.encoder_identity``)."""
         return encoder_identity(self.net.encoder, self.image_size)
 
-    def _reranked(
-        self, batch: Tensor, config: GenerationConfig, reranker: ConsensusReranker, names: list[str]
-    ) -> list[list[Caption]]:
-        """Per image: the caption the reranker keeps, then its other distinct candidates in their order."""
-        grids = self.net.encode(batch)  # (B, L, D)
-        options = reranker.candidates(self.net.decoder, grids, self.vocab, config)
-        for name, image_options in zip(names, options):
-            check_finite(image_options, name, self.path)  # a broken model's candidates are never voted on
-        out = []
-        for kept, image_options in zip(reranker.choose(options, grids), options):
-            distinct = {" ".join(kept.words): kept}
-            for c in image_options:
-                distinct.setdefault(" ".join(c.words), c)
-            out.append(list(distinct.values()))
-        return out
-
-    def _caption_batch(
-        self, chunk: list, start: int, config: GenerationConfig, generator, reranker=None, failures=None
+    def _decode(
+        self, batch: CaptionedBatch, config: GenerationConfig, generator, reranker
     ) -> list[CaptionResult]:
-        tensors, names = [], []
-        for i, image in enumerate(chunk):  # released after the batch
-            name = input_name(image, start + i)
-            try:
-                picture = as_pil(image)
-                tensors.append(image_to_tensor(picture, self.image_size))
-                names.append(name)
-                if isinstance(image, str | Path) and not is_synthetic_scene(picture):
-                    self._note_synthetic()
-                del picture
-            except (ValueError, TypeError, OSError) as err:  # one bad input: named, the others captioned
-                if failures is None:
-                    raise
-                failures.append((start + i, name, failure_reason(err, name)))
-        if not tensors:
-            return []
-        chunk = tensors
-        batch = torch.stack(tensors).to(self.device)  # (B, 3, S, S)
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-        with autocast:
-            if reranker is None:
-                decoded = decode_captions(self.net, self.vocab, batch, config, generator=generator)
-                n = config.num_return_sequences
-                per_image = [decoded[i * n : (i + 1) * n] for i in range(len(chunk))]  # best first
-            else:
-                per_image = self._reranked(batch, config, reranker, names)
+        """The batch's results through the one decoder; each result's ``candidates`` its n-best list."""
+        inputs = torch.stack(batch.tensors)  # (B, 3, S, S)
+        per_image = self.decoder.decode(inputs, config, batch.names, generator=generator, reranker=reranker)
         (h, w) = self.grid
         results = []
-        for i in range(len(chunk)):
+        for name, captions in zip(batch.names, per_image):
             candidates = [
                 CaptionResult(
                     caption=display_caption(c.words),
@@ -374,17 +401,11 @@ class Captioner:
                     token_log_probs=c.token_log_probs,
                     score=c.score,
                     log_prob=c.log_prob,
-                    image=names[i],
+                    image=name,
                     attention_label=self.net.decoder.attention_map_label,
                 )
-                for c in per_image[i]
+                for c in captions
             ]
-            best = candidates[0]
-            check_finite(per_image[i], best.image, self.path)
-            best.candidates = candidates
-            results.append(best)
-        shown = (
-            names[0] if len(names) == 1 else f"{names[0]} and the {len(names) - 1} other images of its batch"
-        )
-        check_not_all_empty([c for p in per_image for c in p], shown, self.path)  # every candidate
+            candidates[0].candidates = candidates
+            results.append(candidates[0])
         return results
