@@ -20,6 +20,7 @@ from torch import Tensor
 
 from captioning.decoding import GenerationConfig, decode_captions
 from captioning.decoding.captions import Caption, check_finite, check_not_all_empty
+from captioning.decoding.search import hard_attention_layers
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Sequence
@@ -47,6 +48,24 @@ class BatchDecoder:
     @classmethod
     def of(cls, loaded: LoadedCheckpoint, bf16: bool = False) -> BatchDecoder:
         return cls(loaded.net, loaded.vocab, loaded.path, bf16)
+
+    def generation_config(
+        self, stored: GenerationConfig | dict | None, options: dict, label: object = None, prefix: str = ""
+    ) -> GenerationConfig:
+        """The ``stored`` decoding (the checkpoint's) with ``options`` changed (``None`` keeps a value).
+        ``hard_attention`` is refused for a model none of whose attention layers chooses a cell (soft
+        attention): it would change nothing. The error names ``label`` (default: the checkpoint) and the
+        option as ``prefix`` + its name (``decoding.`` for a config key)."""
+        context = options.get("hard_attention")
+        if context is not None and not hard_attention_layers(self.net.decoder):
+            raise ValueError(
+                f"{label or self.checkpoint}: {prefix}hard_attention={context!r}: this model's attention is "
+                "soft (no layer chooses one cell), so the option would change nothing; it applies to "
+                "hard-attention models only"
+            )
+        if not isinstance(stored, GenerationConfig):
+            stored = GenerationConfig.from_dict(stored)
+        return stored.replace(**options)
 
     @property
     def device(self) -> torch.device:

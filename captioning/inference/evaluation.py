@@ -29,8 +29,7 @@ from omegaconf import DictConfig
 from captioning.checkpoints.ensemble import load_captioners, members_label
 from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
-from captioning.decoding import GenerationConfig
-from captioning.decoding.search import hard_attention_layers
+from captioning.inference.batch_decoder import BatchDecoder
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
 from captioning.inference.split_decoding import (  # noqa: F401 - evaluate's parts, importable from here
     SplitCaptions,
@@ -150,13 +149,11 @@ def evaluate_checkpoint(
         rerank.check_decoding(decoding or {}, "decoding")
     model = load_captioners(paths)
     model.net.to(device)
-    context = (decoding or {}).get("hard_attention")
-    if context is not None and not hard_attention_layers(model.net.decoder):
-        raise ValueError(
-            f"{members_label(paths)}: decoding.hard_attention={context!r}: this model's attention is soft (no "
-            "layer chooses one cell), so the option would change nothing; it applies to hard-attention models"
-        )
-    decoding = GenerationConfig.from_dict(model.decoding).replace(**(decoding or {})).to_dict()
+    decoding = (
+        BatchDecoder.of(model)
+        .generation_config(model.decoding, decoding or {}, members_label(paths), "decoding.")
+        .to_dict()
+    )
     if decoding["num_return_sequences"] != 1:
         raise ValueError("evaluate scores one caption per image: decoding.num_return_sequences must be 1")
     cache = frozen_feature_cache(model, cache_dir, device)
