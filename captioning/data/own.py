@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +33,6 @@ from captioning.data.records import (
     Row,
     collect_records,
     existing,
-    parse_json,
     register_reader,
 )
 from captioning.errors import ConfigError
@@ -50,11 +50,15 @@ def _text(path: Path) -> str:
 
 
 def _csv_rows(path: Path, report: Problems) -> Iterator[Row]:
-    reader = csv.reader(io.StringIO(_text(path), newline=""))
+    # strict: an unclosed quote is an error, not the rest of the file swallowed into one caption
+    reader = csv.reader(io.StringIO(_text(path), newline=""), strict=True)
+    start = 1  # the line the next row starts on (a quoted caption may span lines)
     try:
         header = next(reader, None)
         if header is None:
-            raise DatasetError(f"{path}: empty file; expected a header row 'image,caption' and one row a caption")
+            raise DatasetError(
+                f"{path}: empty file; expected a header row 'image,caption' and a row a caption"
+            )
         names = [h.strip() for h in header]
         missing = [c for c in CSV_COLUMNS if c not in names]
         if missing:
@@ -63,17 +67,23 @@ def _csv_rows(path: Path, report: Problems) -> Iterator[Row]:
                 "expected a header row naming 'image' and 'caption'"
             )
         at = {c: names.index(c) for c in CSV_COLUMNS}
+        start = reader.line_num + 1
         for row in reader:
-            where = f"{path} line {reader.line_num}"
+            where, start = f"{path} line {start}", reader.line_num + 1
             if not any(field.strip() for field in row):
                 continue  # a blank line
             if len(row) <= max(at.values()):
-                detail = f"got {len(row)} field(s) {row!r:.120}; expected {len(names)} (header: {','.join(names)})"
+                detail = (
+                    f"got {len(row)} field(s) {row!r:.120}; expected {len(names)} (header: {','.join(names)})"
+                )
                 report("malformed row", where, detail)
                 continue
             yield row[at["image"]], row[at["caption"]], where
-    except csv.Error as e:  # a NUL byte, an unterminated quote at the end of the file
-        raise DatasetError(f"{path} line {reader.line_num}: not readable as CSV: {e}") from None
+    except csv.Error as e:  # an unclosed quote, text after a closing quote, a NUL byte
+        raise DatasetError(
+            f"{path} line {start}: not readable as CSV ({e}); expected comma-separated fields, a quoted one "
+            "closed by a quote"
+        ) from None
 
 
 @register_reader("csv", suffixes=(".csv",))
@@ -91,9 +101,20 @@ def _jsonl_rows(path: Path, report: Problems) -> Iterator[Row]:
             continue
         where = f"{path} line {lineno}"
         try:
-            entry = parse_json(line, where)
-        except DatasetError as e:
-            report("malformed line", where, str(e).removeprefix(f"{where}: "))
+            entry = json.loads(line)
+        except json.JSONDecodeError as e:
+            report(
+                "malformed line",
+                where,
+                f"malformed JSON at column {e.colno}: {e.msg}; expected one object a line",
+            )
+            continue
+        except RecursionError:
+            report(
+                "malformed line",
+                where,
+                "JSON nested deeper than the parser's limit; expected one flat object",
+            )
             continue
         expected = "an object with 'image' (str) and 'caption' (str) or 'captions' (list of str)"
         if not isinstance(entry, dict) or "image" not in entry:
@@ -106,7 +127,11 @@ def _jsonl_rows(path: Path, report: Problems) -> Iterator[Row]:
         elif "caption" in entry:
             yield entry["image"], entry["caption"], where
         else:
-            report("malformed entry", where, f"no 'caption' or 'captions' key in {entry!r:.120}; expected {expected}")
+            report(
+                "malformed entry",
+                where,
+                f"no 'caption' or 'captions' key in {entry!r:.120}; expected {expected}",
+            )
 
 
 @register_reader("jsonl", suffixes=(".jsonl",))
@@ -125,7 +150,11 @@ def read_image_folder(folder: str | Path, *, on_error: str = "raise") -> list[Im
     found = [folder / f"{CAPTIONS_STEM}{s}" for s in SUFFIXES if (folder / f"{CAPTIONS_STEM}{s}").is_file()]
     names = ", ".join(f"{CAPTIONS_STEM}{s}" for s in SUFFIXES)
     if len(found) != 1:
-        what = "no captions file" if not found else f"{len(found)} captions files ({', '.join(p.name for p in found)})"
+        what = (
+            "no captions file"
+            if not found
+            else f"{len(found)} captions files ({', '.join(p.name for p in found)})"
+        )
         raise DatasetError(f"{folder}: {what}; expected exactly one of {names}")
     return READERS[SUFFIXES[found[0].suffix]](found[0], folder, on_error=on_error)
 

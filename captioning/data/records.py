@@ -167,9 +167,7 @@ def load_json(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
 Row = tuple[object, object, str]  # (image file name, raw caption, where: "file line N")
 
 
-def collect_records(
-    rows: Iterable[Row], image_dir: Path, report: Problems, what: str
-) -> list[ImageRecord]:
+def collect_records(rows: Iterable[Row], image_dir: Path, report: Problems, what: str) -> list[ImageRecord]:
     """The read-and-report loop of a captions file that lists (image file, caption) rows.
 
     Images come in first-listed order, each with its captions in file order; the image id is the file

@@ -66,7 +66,15 @@ def fixture_karpathy(root: Path) -> list[str]:
         files = write_images(root / "photos", split)
         for i, f in enumerate(files):
             sentences = [{"raw": c} for c in captions_of(split, i)]
-            images.append({"filepath": "photos", "filename": f, "split": split, "imgid": len(images), "sentences": sentences})
+            images.append(
+                {
+                    "filepath": "photos",
+                    "filename": f,
+                    "split": split,
+                    "imgid": len(images),
+                    "sentences": sentences,
+                }
+            )
     (root / "dataset_coco.json").write_text(json.dumps({"images": images}), encoding="utf-8")
     return [f"paths.coco={root}", f"paths.karpathy_json={root / 'dataset_coco.json'}"]
 
@@ -97,7 +105,9 @@ def own_file(path: Path, split: str, image_root: Path) -> Path:
         with path.open("w", newline="", encoding="utf-8") as out:
             csv.writer(out).writerows([("image", "caption"), *rows])
     elif path.suffix == ".jsonl":  # both spellings: all of an image's captions in a list, one caption a line
-        lines = [json.dumps({"image": f, "captions": list(captions_of(split, i))}) for i, f in enumerate(files[:5])]
+        lines = [
+            json.dumps({"image": f, "captions": list(captions_of(split, i))}) for i, f in enumerate(files[:5])
+        ]
         lines += [json.dumps({"image": f, "caption": c}) for f, c in rows[10:]]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     else:
