@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,14 @@ from captioning.data.files import read_utf8_text
 from captioning.data.records import (
     ON_ERROR,  # noqa: F401  (re-exported: readers' callers import these from here)
     DatasetError,
+    Entry,
     ImageRecord,
     Problems,
+    build_records,
     clean_caption,
     existing,
     is_int,
     load_json,
-    make_record,
     register_reader,
 )
 
@@ -90,14 +92,16 @@ def read_coco(
     with contextlib.redirect_stdout(io.StringIO()):  # createIndex prints progress lines
         coco.createIndex()
 
-    records = []
-    for image_id in sorted(coco.getImgIds()):
-        captions = [ann["caption"] for ann in coco.imgToAnns[image_id]]
-        path = image_dir / coco.imgs[image_id]["file_name"]
-        record = make_record(image_id, path, captions, report, f"{ann_file} image id {image_id}", image_dir)
-        if record is not None:
-            records.append(record)
-    return report.finish(records, "'images'")
+    entries = (
+        (
+            i,
+            image_dir / coco.imgs[i]["file_name"],
+            [a["caption"] for a in coco.imgToAnns[i]],
+            f"{ann_file} image id {i}",
+        )
+        for i in sorted(coco.getImgIds())
+    )
+    return build_records(entries, image_dir, report, "'images'")
 
 
 def read_karpathy(
@@ -123,10 +127,17 @@ def read_karpathy(
     data = load_json(json_file, ("images",))
     wanted = {split, "restval"} if split == "train" and include_restval else {split}
 
-    records: list[ImageRecord] = []
+    entries = _karpathy_entries(data["images"], json_file, image_root, wanted, report)
+    return build_records(entries, image_root, report, f"split {split!r}")
+
+
+def _karpathy_entries(
+    images: list, json_file: Path, image_root: Path, wanted: set[str], report: Problems
+) -> Iterator[Entry]:
+    """The entries of the ``wanted`` splits, checked; one error at the end when no image has them."""
     seen: set[int] = set()
     matched = 0  # entries of the wanted split(s), valid or not
-    for i, entry in enumerate(data["images"]):
+    for i, entry in enumerate(images):
         where = f"{json_file} images[{i}]"
         if not (isinstance(entry, dict) and isinstance(entry.get("split"), str)):
             report("malformed entry", where, f"got {entry!r:.120}; expected an object with a 'split' string")
@@ -157,20 +168,14 @@ def read_karpathy(
             caption = clean_caption(raw, report, f"{where} sentences[{k}]['raw']")
             if caption is not None:
                 captions.append(caption)
-        path = image_root / filepath / entry["filename"]
-        record = make_record(image_id, path, captions, report, where, image_root)
-        if record is not None:
-            records.append(record)
+        yield image_id, image_root / filepath / entry["filename"], captions, where
     if not matched:
-        found = Counter(
-            e["split"] for e in data["images"] if isinstance(e, dict) and isinstance(e.get("split"), str)
-        )
+        found = Counter(e["split"] for e in images if isinstance(e, dict) and isinstance(e.get("split"), str))
         listing = ", ".join(f"{name!r} ({n})" for name, n in sorted(found.items())) or "none"
         raise DatasetError(
             f"{json_file}: no image has split {' or '.join(map(repr, sorted(wanted)))}; split names found: "
             f"{listing}; expected one of {', '.join(KARPATHY_SPLITS)}"
         )
-    return report.finish(records, f"split {split!r}")
 
 
 def _read_flickr8k_captions(token_file: Path, report: Problems) -> dict[str, list[tuple[int, int, str]]]:
@@ -206,7 +211,14 @@ def read_flickr8k(root: str | Path, split: str, *, on_error: str = "raise") -> l
     image_dir = existing(root / FLICKR8K_IMAGE_DIR, "the Flickr8k image folder", is_dir=True)
     all_captions = _read_flickr8k_captions(token_file, report)
 
-    records: list[ImageRecord] = []
+    entries = _flickr8k_entries(split_file, token_file, image_dir, all_captions, report)
+    return build_records(entries, image_dir, report, f"the {split!r} split list")
+
+
+def _flickr8k_entries(
+    split_file: Path, token_file: Path, image_dir: Path, all_captions: dict, report: Problems
+) -> Iterator[Entry]:
+    """The split list's images, each with its captions in ``#k`` order, checked."""
     seen: dict[str, int] = {}
     for lineno, line in enumerate(read_utf8_text(split_file, DatasetError).splitlines(), start=1):
         name = line.strip()
@@ -231,7 +243,4 @@ def read_flickr8k(root: str | Path, split: str, *, on_error: str = "raise") -> l
             caption = clean_caption(raw, report, cap_where)
             if caption is not None:
                 captions.append(caption)
-        record = make_record(Path(name).stem, image_dir / name, captions, report, where, image_dir)
-        if record is not None:
-            records.append(record)
-    return report.finish(records, f"the {split!r} split list")
+        yield Path(name).stem, image_dir / name, captions, where

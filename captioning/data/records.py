@@ -8,8 +8,9 @@ behaviour by calling them (docs/design/extending.md, "Adding a dataset reader"):
   and what was expected; ``"skip"`` counts per reason and logs one warning at the end;
 - :func:`clean_caption`, :func:`make_record`, :func:`existing`, :func:`load_json`: the checks every
   reader makes (a caption has a word, the image is a regular file inside the image folder, ids unique);
-- :func:`collect_records`: the one read-and-report loop of readers whose files list (image file,
-  caption) rows: rows in, records out, the result refused when nothing usable is left;
+- :func:`build_records`: the loop every reader ends with (entries in, checked records out, the result
+  refused when nothing usable is left), and :func:`collect_records`, the whole read-and-report loop of a
+  file that lists (image file, caption) rows;
 - :func:`register_reader`: registration by decorator in the module that defines the reader (as timm's
   ``@register_model``), under the format name and file suffixes ``data=own`` chooses it by.
 
@@ -164,7 +165,19 @@ def load_json(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
     return data
 
 
+Entry = tuple[int | str, Path, list[str], str]  # (image id, image path, its clean captions, where)
 Row = tuple[object, object, str]  # (image file name, raw caption, where: "file line N")
+
+
+def build_records(entries: Iterable[Entry], folder: Path, report: Problems, what: str) -> list[ImageRecord]:
+    """The loop every reader ends with: one record per entry that passes :func:`make_record`'s checks
+    (the others reported), then :meth:`Problems.finish` (``what`` names the listing in its error)."""
+    records = []
+    for image_id, path, captions, where in entries:
+        record = make_record(image_id, path, captions, report, where, folder)
+        if record is not None:
+            records.append(record)
+    return report.finish(records, what)
 
 
 def collect_records(rows: Iterable[Row], image_dir: Path, report: Problems, what: str) -> list[ImageRecord]:
@@ -186,12 +199,10 @@ def collect_records(rows: Iterable[Row], image_dir: Path, report: Problems, what
         caption = clean_caption(raw, report, where)
         if caption is not None:
             captions[name].append(caption)
-    records = []
-    for name, caps in captions.items():
-        record = make_record(name, image_dir / name, caps, report, f"{first_seen[name]} ({name})", image_dir)
-        if record is not None:
-            records.append(record)
-    return report.finish(records, what)
+    entries = (
+        (name, image_dir / name, caps, f"{first_seen[name]} ({name})") for name, caps in captions.items()
+    )
+    return build_records(entries, image_dir, report, what)
 
 
 Reader = Callable[..., list[ImageRecord]]  # reader(captions_file, image_dir, *, on_error="raise")
