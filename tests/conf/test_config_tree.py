@@ -5,7 +5,6 @@ changes the config it is picked for, and every debug setting has its width file 
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 import yaml
@@ -72,3 +71,15 @@ def test_every_debug_setting_shrinks_every_decoder(debug: str, decoder: str) -> 
     tiny = compose_train([f"model/decoder={decoder}", f"debug={debug}"]).model.decoder
     width = "ff_dim" if "ff_dim" in full else "hidden_dim"
     assert tiny[width] == 16 < full[width] and tiny.embed_dim == 16 < full.embed_dim
+
+
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_debug_tiny_shrinks_the_data_of_every_experiment(experiment: str) -> None:
+    """debug=tiny is composed after the experiment: its sizes win whatever data the experiment reads."""
+    cfg = compose_train([f"experiment={experiment}", "debug=tiny"])
+    sizes = [cfg.data[split].get("num_images") for split in ("train", "val")]
+    assert sizes == [24, 8] and cfg.data.batch_size == 8 and cfg.data.num_workers == 0
+    assert cfg.model.decoder.embed_dim == 16 and cfg.model.decoding.num_beams == 1
