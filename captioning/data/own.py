@@ -186,6 +186,10 @@ def read_own(
     require_set({captions_key: captions})
     if Path(captions).expanduser().is_dir():
         return read_image_folder(captions, on_error=on_error)
+    kinds = ", ".join(SUFFIXES)
+    existing(
+        captions, f"a captions file ({kinds}) or a folder of images with its captions file ({captions_key})"
+    )
     if format is None:
         suffix = Path(captions).suffix.lower()
         if suffix not in SUFFIXES:

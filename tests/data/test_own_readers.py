@@ -127,6 +127,8 @@ def test_read_own_picks_the_reader_by_suffix_or_folder_and_names_unset_keys(tmp_
         read_own(csv, images, captions_key="k", format="tsv")
     write(images / "captions.csv", "image,caption\nb.png,red\n")
     assert read_own(images, None, captions_key="k")[0].image_id == "b.png"  # a folder needs no paths.images
+    with pytest.raises(DatasetError, match=r"trian: not found; expected a captions file \(\.json, \.csv, \.jsonl\) or a folder .* \(paths\.train_captions\)"):  # fmt: skip
+        read_own(tmp_path / "trian", None, captions_key="paths.train_captions")
 
 
 @pytest.fixture
