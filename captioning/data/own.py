@@ -120,9 +120,11 @@ def _jsonl_rows(path: Path, report: Problems) -> Iterator[Row]:
         if not isinstance(entry, dict) or "image" not in entry:
             report("malformed entry", where, f"got {entry!r:.120}; expected {expected}")
         elif "captions" in entry:
-            if not isinstance(entry["captions"], list):
-                report("malformed entry", where, f"'captions' is {entry['captions']!r:.80}; expected a list")
-            for k, raw in enumerate(entry["captions"] if isinstance(entry["captions"], list) else []):
+            if not (isinstance(entry["captions"], list) and entry["captions"]):
+                detail = f"'captions' is {entry['captions']!r:.80}; expected a list of at least one caption"
+                report("malformed entry", where, detail)
+                continue
+            for k, raw in enumerate(entry["captions"]):
                 yield entry["image"], raw, f"{where} captions[{k}]"
         elif "caption" in entry:
             yield entry["image"], entry["caption"], where
