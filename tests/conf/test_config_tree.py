@@ -83,3 +83,37 @@ def test_debug_tiny_shrinks_the_data_of_every_experiment(experiment: str) -> Non
     sizes = [cfg.data[split].get("num_images") for split in ("train", "val")]
     assert sizes == [24, 8] and cfg.data.batch_size == 8 and cfg.data.num_workers == 0
     assert cfg.model.decoder.embed_dim == 16 and cfg.model.decoding.num_beams == 1
+
+
+def changed_keys(before: object, after: object, path: str = "") -> set[str]:
+    """Dotted paths of the leaves that differ between two plain configs (added, removed or changed)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = set(before) | set(after)
+        return {
+            k
+            for key in keys
+            for k in changed_keys(before.get(key), after.get(key), f"{path}.{key}".lstrip("."))
+        }
+    return set() if before == after else {path}
+
+
+def declared_keys(path) -> set[str]:
+    """The dotted leaf paths a debug file sets (its defaults list aside), under its package."""
+    text = path.read_text()
+    prefix = "" if "@package _global_" in text else "model.decoder."
+    node = {k: v for k, v in (yaml.safe_load(text) or {}).items() if k != "defaults"}
+    return {f"{prefix}{p}" for p, _ in leaves(node)}
+
+
+@pytest.mark.parametrize(("data", "decoder"), list(itertools.product(DATA, DECODERS)))
+def test_debug_tiny_changes_only_the_keys_it_declares(data: str, decoder: str) -> None:
+    """Composing debug=tiny onto any data x decoder changes its own keys and nothing else (the logger, which it
+    turns off, aside): what a tiny run tests is the real config."""
+    base = [f"data={data}", f"model/decoder={decoder}"]
+    full = OmegaConf.to_container(compose_train(base))
+    tiny = OmegaConf.to_container(compose_train([*base, "debug=tiny"]))
+    allowed = declared_keys(CONF / "debug" / "tiny.yaml") | declared_keys(
+        CONF / "debug" / "decoder" / f"tiny_{decoder}.yaml"
+    )
+    changed = {k for k in changed_keys(full, tiny) if not k.startswith("logger")}
+    assert changed and changed <= allowed, sorted(changed - allowed)
