@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import format_evaluation, write_evaluation
 
-    try:
+    try:  # the work captioning.evaluate does too (captioning/api.py)
         evaluation, cfg, data_name = run_evaluation(args.checkpoint, args.overrides, args.out_dir, args.seed)
     except (*user_errors(), ValueError, RuntimeError) as err:  # e.g. a decoding value a check refused
         print(f"captioning evaluate: error: {one_line(err)}", file=sys.stderr)
