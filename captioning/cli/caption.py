@@ -30,6 +30,14 @@ def _printable(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
+def nbest_lines(result) -> list[str]:
+    """The n-best list (or the samples) under an image's line, best first: a tab, then ``k. caption
+    (score S)``, so a line starting with a tab is never an image's; none for a single caption."""
+    if len(result.candidates) < 2:
+        return []
+    return [f"\t{k}. {_printable(c.caption)}  (score {c.score:.3f})" for k, c in enumerate(result.candidates, 1)]
+
+
 def check_overlay_target(
     out: Path, inputs: list[Path], overlays: list[Path], folder: bool = False
 ) -> str | None:
@@ -271,6 +279,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 extra = f"\t(overlay: {_printable(str(written))})" if written else ""
                 print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
+                for line in nbest_lines(result):  # asked for (--num-return-sequences): shown, not only in --json
+                    print(line, flush=True)
         del batch, results
     if failures["overlays"]:
         print(f"{failures['overlays']} overlays could not be written", file=sys.stderr)
