@@ -35,7 +35,9 @@ def nbest_lines(result) -> list[str]:
     (score S)``, so a line starting with a tab is never an image's; none for a single caption."""
     if len(result.candidates) < 2:
         return []
-    return [f"\t{k}. {_printable(c.caption)}  (score {c.score:.3f})" for k, c in enumerate(result.candidates, 1)]
+    return [
+        f"\t{k}. {_printable(c.caption)}  (score {c.score:.3f})" for k, c in enumerate(result.candidates, 1)
+    ]
 
 
 def check_overlay_target(
@@ -246,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
             yield i, (tensor, image if overlays else None)
             del image
 
+    nbest = (options.get("num_return_sequences") or 1) > 1  # the plain output lists them when asked for
     stream = progress.track(readable(), "captioning", total=len(paths))  # captioning/progress.py
     while True:
         batch = [item for _, item in zip(range(args.batch_size), stream)]
@@ -279,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 extra = f"\t(overlay: {_printable(str(written))})" if written else ""
                 print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
-                for line in nbest_lines(result):  # asked for (--num-return-sequences): shown, not only in --json
+                for line in nbest_lines(result) if nbest else []:  # asked for: shown, not only in --json
                     print(line, flush=True)
         del batch, results
     if failures["overlays"]:

@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--out-dir {args.out_dir}: is a file; expected a folder for results.json and scores.json"
             )
-        if args.out_dir is not None:  # before the decoding: results.json a folder, a model file ...
-            evaluation_outputs(args.out_dir, args.checkpoint)
+        if args.out_dir is not None:  # before the decoding: a read-only folder, results.json a model file ...
+            evaluation_outputs(args.out_dir, args.checkpoint, check_folder=True)
         from captioning.inference.captioner import resolve_device
 
         resolve_device(cfg.device)  # a bad device= is one line naming it, before any work

@@ -192,6 +192,8 @@ def test_the_plain_output_shows_the_n_best_list_when_asked(good_checkpoint, phot
     assert captioning_main([*argv, "--num-return-sequences", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split("\t") == [str(photo), candidates[0]["caption"]]
-    assert lines[1:] == [f"\t{k}. {c['caption']}  (score {c['score']:.3f})" for k, c in enumerate(candidates, 1)]
+    assert lines[1:] == [
+        f"\t{k}. {c['caption']}  (score {c['score']:.3f})" for k, c in enumerate(candidates, 1)
+    ]
     assert captioning_main(argv) == 0  # one caption asked for: one line
     assert len(capsys.readouterr().out.splitlines()) == 1
