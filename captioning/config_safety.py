@@ -300,11 +300,26 @@ def check_yaml_files(folders: Iterable[Path | str]) -> None:
                 queue += [f for f in map(_folder, map(str, extra)) if f is not None]
 
 
-def command_line_problem(argv: list[str], config_dir: str, config_name: str) -> str | None:
+MAX_SWEEP_JOBS_CHECKED = 256  # a sweep's jobs are each composed and checked before the first starts
+
+
+def _sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """The overrides of every job of a ``-m`` sweep, as Hydra's basic sweeper will split them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def command_line_problem(
+    argv: list[str], config_dir: str, config_name: str, check_job: Any = None
+) -> str | None:
     """A Hydra entry point's command line (``captioning-train --config-dir mine -m seed=0,1 ...``) checked
     as Hydra will compose it, before Hydra runs anything (its launcher and ``hydra.callbacks`` included):
-    one line for user YAML beyond the bounds or a target not allowed, else None. A composition mistake of
-    another kind is left to the entry point's own report."""
+    one line for user YAML beyond the bounds or a target not allowed, else None. A sweep's every job is
+    composed and checked too, also by ``check_job(cfg)`` (the entry point's own config check), so that one
+    invalid job is named before any job starts (a job failing at start-up would stop the whole sweep)."""
     import os
 
     from hydra._internal.hydra import Hydra
@@ -342,6 +357,24 @@ def command_line_problem(argv: list[str], config_dir: str, config_name: str) -> 
             with_log_configuration=False,
         )
         check_targets(cfg)
+        if args.multirun:
+            jobs = _sweep_jobs(args.overrides)
+            for number, job in enumerate(jobs[:MAX_SWEEP_JOBS_CHECKED]):
+                try:
+                    job_cfg = hydra.compose_config(
+                        args.config_name or config_name,
+                        job,
+                        run_mode=RunMode.RUN,
+                        with_log_configuration=False,
+                    )
+                    check_targets(job_cfg)
+                    if check_job is not None:
+                        check_job(job_cfg)
+                except Exception as err:  # noqa: BLE001 - a user's mistake names its job; a bug re-raised
+                    if not is_user_error(err):
+                        raise
+                    swept = " ".join(a for a in job if a not in args.overrides)
+                    return f"sweep job {number} of {len(jobs)} ({swept}): {one_line(err)}; no job was started"
     except ConfigError as err:
         return str(err)
     except RecursionError:

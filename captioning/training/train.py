@@ -218,7 +218,8 @@ def cli() -> None:
     own report of those spans several lines and exits 1. Command-line flags (``--multirun``, ``--cfg``,
     ...) go straight to Hydra."""
     args = sys.argv[1:]
-    unsafe = command_line_problem(args, CONFIG_DIR, "train")  # as Hydra will compose it: targets, user YAML
+    # as Hydra will compose it: targets, user YAML, and each job of a sweep checked as train() will
+    unsafe = command_line_problem(args, CONFIG_DIR, "train", check_job=check_config)
     if unsafe:
         print(f"captioning-train: error: {unsafe}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -201,3 +201,27 @@ def test_a_defaults_cycle_is_one_line(tmp_path):
         ["--config-dir", str(tmp_path / "conf"), "--config-name", "a"], CONFIG_DIR, "train"
     )
     assert line is not None and "\n" not in line and len(line) < 400
+
+
+def test_one_invalid_job_of_a_sweep_is_named_before_any_job_starts(tmp_path):
+    """Before, its SystemExit stopped the joblib sweep and the valid jobs left nothing."""
+    from captioning.training.validate import check_config
+
+    args = ["-m", "seed=0,1", "trainer.max_steps=10,-5"]
+    line = command_line_problem(args, CONFIG_DIR, "train", check_job=check_config)
+    assert line.startswith("sweep job 1 of 4 (seed=0 trainer.max_steps=-5): trainer.max_steps=-5: expected")
+    assert line.endswith("no job was started")
+    assert (
+        command_line_problem(
+            ["-m", "seed=0,1", "trainer.max_steps=10,20"], CONFIG_DIR, "train", check_job=check_config
+        )
+        is None
+    )
+    sweep = tmp_path / "sweep"
+    result = subprocess.run(
+        [sys.executable, "-m", "captioning.training.train", "-m", "hydra/launcher=local", *args[1:],
+         f"hydra.sweep.dir={sweep}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stderr.strip() == f"captioning-train: error: {line}"
+    assert not sweep.exists()
