@@ -179,6 +179,42 @@ def _plain(cfg: Any) -> Any:
         return values if isinstance(raw, dict) else [values[k] for k in keys]
 
 
+# Hydra's logging configs (logging.config.dictConfig) build handlers by ``class`` and factories by ``()``:
+# only these handlers, and a file handler only inside the run's folder, as Hydra's default writes its log.
+LOG_HANDLERS = ("logging.StreamHandler", "logging.FileHandler", "logging.NullHandler")
+_RUN_FOLDER = ("${hydra.runtime.output_dir}/", "${hydra:runtime.output_dir}/")
+
+
+def _logging_problems(cfg: Any) -> list[str]:
+    from omegaconf import DictConfig, OmegaConf
+
+    hydra_node = cfg.get("hydra") if isinstance(cfg, DictConfig) else None
+    if not isinstance(hydra_node, DictConfig):
+        return []
+    raw = OmegaConf.to_container(hydra_node, resolve=False)
+    problems = []
+    for section in ("job_logging", "hydra_logging"):
+        for kind, entries in (raw.get(section) or {}).items():
+            if not isinstance(entries, dict):
+                continue
+            for name, entry in entries.items():
+                if not isinstance(entry, dict):
+                    continue
+                key = f"hydra.{section}.{kind}.{name}"
+                if "()" in entry:
+                    problems.append(f"{key}.()={entry['()']}: logging factories are not allowed in a config")
+                handler = entry.get("class")
+                if kind == "handlers" and handler is not None and handler not in LOG_HANDLERS:
+                    problems.append(f"{key}.class={handler}: expected one of {', '.join(LOG_HANDLERS)}")
+                filename = str(entry.get("filename", ""))
+                if handler == "logging.FileHandler" and not filename.startswith(_RUN_FOLDER):
+                    problems.append(
+                        f"{key}.filename={filename}: a log file is written inside the run's folder "
+                        "(${hydra.runtime.output_dir}/...)"
+                    )
+    return problems
+
+
 def target_problems(cfg: Any) -> list[str]:
     """One ``key=target: why`` line for every ``_target_`` of ``cfg`` that is not allowed."""
     plain = _plain(cfg)
@@ -192,7 +228,7 @@ def target_problems(cfg: Any) -> list[str]:
         why = _problem(target, CLASSES, functions)
         if why:
             problems.append(f"{key}={target}: {why}")
-    return problems
+    return problems + _logging_problems(cfg)
 
 
 def check_targets(cfg: Any) -> None:
@@ -383,7 +419,8 @@ def command_line_problem(
     except Exception as err:  # noqa: BLE001 - a user's config mistake is one line; a bug is re-raised
         if not is_user_error(err):
             raise
-        return one_line(err)
+        # without flags the entry point composes again and words its own report (did you mean ...?)
+        return one_line(err) if any(a.startswith("-") for a in argv) else None
     finally:
         GlobalHydra.instance().clear()
     return None

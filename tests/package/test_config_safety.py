@@ -225,3 +225,33 @@ def test_one_invalid_job_of_a_sweep_is_named_before_any_job_starts(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2 and result.stderr.strip() == f"captioning-train: error: {line}"
     assert not sweep.exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        (
+            "hydra.job_logging.handlers.file.filename=/tmp/victim.txt",
+            "a log file is written inside the run's folder",
+        ),
+        ("hydra.job_logging.handlers.file.class=logging.handlers.SocketHandler", "expected one of logging."),
+        (
+            "callbacks=evil",
+            "hydra.job_logging.handlers.x.()=shutil.copyfile: logging factories are not allowed",
+        ),
+    ],
+)
+def test_hydras_logging_config_cannot_write_elsewhere_or_build_anything(tmp_path, override, fragment):
+    (tmp_path / "callbacks").mkdir()
+    (tmp_path / "callbacks" / "evil.yaml").write_text(  # a group option that sets Hydra's own node
+        "# @package _global_\nhydra:\n  job_logging:\n    handlers:\n      x:\n        (): shutil.copyfile\n"
+    )
+    line = command_line_problem(["--config-dir", str(tmp_path), override], CONFIG_DIR, "train")
+    assert line is not None and fragment in line and "\n" not in line
+
+
+def test_a_defaults_cycle_through_a_searchpath_is_one_config_error(tmp_path):
+    (tmp_path / "callbacks").mkdir()
+    (tmp_path / "callbacks" / "loop.yaml").write_text("defaults:\n  - loop\n")
+    with pytest.raises(ConfigError, match="defaults lists include each other"):
+        compose_config("eval", [f"hydra.searchpath=[file://{tmp_path}]", "+callbacks=loop"])
