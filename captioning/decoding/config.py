@@ -86,7 +86,9 @@ class GenerationConfig:
     max_new_tokens: int = 20
     allow_unk: bool = field(
         default=False,
-        metadata={"help": "let <unk> be generated (default: masked, as HF's bad_words_ids; printed captions drop it)"},
+        metadata={
+            "help": "let <unk> be generated (default: masked, as HF's bad_words_ids; printed captions drop it)"
+        },
     )
     hard_attention: str = "cell"
 

@@ -164,7 +164,11 @@ def _unk_loving(decoder_name: str):
 @pytest.mark.parametrize("decoder", nets())
 @pytest.mark.parametrize(
     "options",
-    [{"num_beams": 1}, {"num_beams": 3, "num_return_sequences": 3}, {"do_sample": True, "num_return_sequences": 4}],
+    [
+        {"num_beams": 1},
+        {"num_beams": 3, "num_return_sequences": 3},
+        {"do_sample": True, "num_return_sequences": 4},
+    ],
     ids=["greedy", "beam", "sample"],
 )
 def test_unk_is_never_generated_unless_allowed(decoder, options):
