@@ -10,7 +10,8 @@ stops only a few names; here it is an allow-list, as the checkpoint loader's clo
   loggers, torch's optimisers and layers, the Hydra launchers this project configures) or of
   :data:`FUNCTIONS` (classes and module-level functions: the project's own models, data, training
   callbacks and schedules), or of the config's top-level ``allowed_targets`` list (a user's own packages,
-  ``allowed_targets=[mylab]``); the standard library can never be added there;
+  ``allowed_targets=[mylab]``); the standard library can never be added there, nor the packages curated
+  here widened (``allowed_targets=[torch]`` would allow ``torch.save``);
 - the name must be public below the allowed prefix, and the object it names must be defined there too
   (``captioning.data.readers.Path.write_text`` names ``pathlib``'s method: refused);
 - methods are refused (``Trainer.save_checkpoint`` with an instantiated trainer as its first argument).
@@ -81,6 +82,9 @@ FUNCTIONS = (
     "captioning.inference.consensus",
 )
 
+# Packages partly allowed above: allowed_targets cannot widen them (torch.save, captioning.writes ...).
+CURATED = frozenset({p.split(".")[0] for p in (*CLASSES, *FUNCTIONS)} | {"omegaconf"})
+
 SETTING = "allowed_targets"  # the top-level config key that adds a user's own packages
 
 MAX_YAML_BYTES = 1_000_000  # the project's largest config file is a few KB
@@ -111,6 +115,11 @@ def _user_prefixes(cfg: Any) -> tuple[list[str], list[str]]:
         elif root in sys.stdlib_module_names or root == "builtins":
             bad.append(
                 f"{SETTING}: {text!r} is part of Python's standard library, which configs may not call"
+            )
+        elif root in CURATED:  # torch.save, captioning.data.files.write_text_atomically ...
+            bad.append(
+                f"{SETTING}: {text!r}: what configs may build from {root} is chosen here "
+                "(captioning/config_safety.py) and cannot be widened; name your own packages"
             )
         else:
             good.append(text)

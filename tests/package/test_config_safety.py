@@ -132,6 +132,13 @@ def test_allowed_targets_adds_a_package_but_never_the_standard_library(tmp_path)
             config_name="train",
             overrides=["+callbacks.x._target_=shutil.copyfile", "allowed_targets=[shutil]"],
         )
+        curated = compose(
+            config_name="train", overrides=["+callbacks.x._target_=torch.save", "allowed_targets=[torch]"]
+        )
+    assert target_problems(curated)[0].startswith(
+        "allowed_targets: 'torch': what configs may build from torch"
+    )
+    assert "callbacks.x._target_=torch.save: not an allowed target" in target_problems(curated)[1]
     problems = target_problems(cfg)
     assert problems[0].startswith("allowed_targets: 'shutil' is part of Python's standard library")
     assert problems[1].startswith("callbacks.x._target_=shutil.copyfile: not an allowed target")
