@@ -72,6 +72,7 @@ FUNCTIONS = (
     "captioning.data.sources",
     "captioning.data.readers",
     "captioning.data.captions_json",
+    "captioning.data.own",
     "captioning.data.features",
     "captioning.data.transforms",
     "captioning.training.callbacks",

@@ -83,7 +83,7 @@ def infer_data(checkpoints: list[Path]) -> str:
     an ensemble's members share the vocabulary); a ValueError naming the data configs otherwise."""
     from captioning.checkpoints.load import read_weights_and_meta
     from captioning.config import CONFIG_DIR
-    from captioning.inference.evaluation import trained_data
+    from captioning.inference.trained_on import trained_data
 
     available = sorted(p.stem for p in (Path(CONFIG_DIR) / "data").glob("*.yaml"))
     _, meta = read_weights_and_meta(checkpoints[0])
