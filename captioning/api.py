@@ -164,8 +164,8 @@ def run_evaluation(
         raise ValueError(
             f"--out-dir {out_dir}: is a file; expected a folder for results.json and scores.json"
         )
-    if out_dir is not None:  # before the decoding: results.json a folder, a model file ...
-        evaluation_outputs(out_dir, checkpoints)
+    if out_dir is not None:  # before the decoding: a read-only folder, results.json a model file ...
+        evaluation_outputs(out_dir, checkpoints, check_folder=True)
     resolve_device(cfg.device)  # a bad device= is one line naming it, before any work
     source = build_source(cfg.data, cfg.split)
     rerank = hydra.utils.instantiate(cfg.rerank) if cfg.get("rerank") is not None else None

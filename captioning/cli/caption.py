@@ -30,6 +30,16 @@ def _printable(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
+def nbest_lines(result) -> list[str]:
+    """The n-best list (or the samples) under an image's line, best first: a tab, then ``k. caption
+    (score S)``, so a line starting with a tab is never an image's; none for a single caption."""
+    if len(result.candidates) < 2:
+        return []
+    return [
+        f"\t{k}. {_printable(c.caption)}  (score {c.score:.3f})" for k, c in enumerate(result.candidates, 1)
+    ]
+
+
 def check_overlay_target(
     out: Path, inputs: list[Path], overlays: list[Path], folder: bool = False
 ) -> str | None:
@@ -220,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
     # The paths themselves go to the API, streamed (captioning/progress.py counts them as they are read):
     # each batch is read, decoded by the one batch decoder and released before the next is read.
+    nbest = (options.get("num_return_sequences") or 1) > 1  # the plain output lists them when asked for
     batches = model.iter_batches(
         progress.track(files(), "captioning", total=len(paths)), batch_size=args.batch_size, seed=args.seed,
         reranker=reranker, overlay_side=OVERLAY_SIDE if overlays else None, **options,
@@ -237,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         pictures = batch.pictures or [None] * len(batch.results)
         for k, result, picture in zip(batch.indices, batch.results, pictures):
-            _report(result, picture, overlays[fed[k]] if overlays else None, args.json, failures)
+            _report(result, picture, overlays[fed[k]] if overlays else None, args.json, failures, nbest)
         del batch
     if failures["overlays"]:
         print(f"{failures['overlays']} overlays could not be written", file=sys.stderr)
@@ -248,9 +259,12 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(failures.values()) else 0
 
 
-def _report(result, picture, overlay: Path | None, as_json: bool, failures: dict[str, int]) -> None:
+def _report(
+    result, picture, overlay: Path | None, as_json: bool, failures: dict[str, int], nbest: bool = False
+) -> None:
     """One image's line (or JSON object) on stdout, after its overlay is written: an unwritable overlay
-    loses no caption (the line is printed either way, without the overlay)."""
+    loses no caption (the line is printed either way, without the overlay); with ``nbest``, the plain
+    output's n-best list under it (:func:`nbest_lines`)."""
     written = None
     if overlay is not None:
         try:
@@ -270,5 +284,7 @@ def _report(result, picture, overlay: Path | None, as_json: bool, failures: dict
     else:
         extra = f"\t(overlay: {_printable(str(written))})" if written else ""
         print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
+        for line in nbest_lines(result) if nbest else []:  # asked for: shown, not only in --json
+            print(line, flush=True)
     if result.domain_notice is not None:  # stdout keeps one record per image; --json has it too
         print(f"note: {_printable(result.image)}: {result.domain_notice}", file=sys.stderr, flush=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
 from captioning.cli.runtime import checkpoint_arg, path_arg
 from captioning.writes import Output, output, replaceable_in_place
+from captioning.zoo import refuse_zoo_write
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -109,6 +110,7 @@ def _check_outputs(args: argparse.Namespace, default_out: Path) -> tuple[Output,
         )
     if not args.write:
         return out, None
+    refuse_zoo_write(args.checkpoint[0], "--write")  # a zoo file: its own SHA-256 check would refuse it
     if not args.checkpoint[0].exists():  # loading it names what is wrong
         return out, args.checkpoint[0]
     return out, replaceable_in_place(args.checkpoint[0], "the checkpoint", flag="--write: --checkpoint")

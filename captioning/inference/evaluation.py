@@ -182,16 +182,22 @@ def evaluate_checkpoint(
     )  # fmt: skip
 
 
-def evaluation_outputs(out_dir: str | Path, checkpoints: Sequence[str | Path] = ()) -> tuple[Output, Output]:
+def evaluation_outputs(
+    out_dir: str | Path, checkpoints: Sequence[str | Path] = (), check_folder: bool = False
+) -> tuple[Output, Output]:
     """``results.json`` and ``scores.json`` in ``out_dir``, checked now (captioning/writes.py): never a
-    folder, a device, a model file or one of ``checkpoints``. Whether the folder can be made is left to the
-    write, so that the scores are printed before an unwritable folder fails."""
+    folder, a device, a model file or one of ``checkpoints``; with ``check_folder``, also that the folder
+    can be made and written (a folder the user named, checked before the work). Otherwise that is left to
+    the write, so that the scores are printed before an unwritable folder fails."""
     inputs = {c: f"a checkpoint being evaluated ({c})" for c in checkpoints}
     return (
         output(
-            Path(out_dir) / "results.json", "the results (COCO format)", inputs=inputs, check_folder=False
+            Path(out_dir) / "results.json",
+            "the results (COCO format)",
+            inputs=inputs,
+            check_folder=check_folder,
         ),
-        output(Path(out_dir) / "scores.json", "the scores", inputs=inputs, check_folder=False),
+        output(Path(out_dir) / "scores.json", "the scores", inputs=inputs, check_folder=check_folder),
     )
 
 
