@@ -30,9 +30,7 @@ class CaptionResult:
     image: str = ""  # the path, or "<input i>" for in-memory images
     attention_label: str = ""  # what the attention map is (the decoder's attention_map_label), for overlays
     candidates: list[CaptionResult] = field(default_factory=list, repr=False)  # the n-best list, best first
-    domain_notice: DomainNotice | None = (
-        None  # the photo looks unlike the training photos (inference/domain.py)
-    )
+    domain_notice: DomainNotice | None = None  # unlike the training photos (inference/domain.py)
 
     def to_json(self) -> dict[str, Any]:
         t, h, w = self.attention.shape
