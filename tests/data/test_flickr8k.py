@@ -50,9 +50,8 @@ def test_a_sweep_of_flickr8k_experiments_shares_the_feature_cache_and_is_aggrega
     import subprocess
     import sys
 
-    from support.helpers import load_script
+    from experiments import compare
 
-    compare = load_script("compare")
     sweep, cache = tmp_path / "sweep", tmp_path / "cache"
     cmd = [
         sys.executable, "-m", "captioning.training.train", "-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2",

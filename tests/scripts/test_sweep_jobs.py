@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.helpers import load_script
-
-sweep_jobs = load_script("sweep_jobs")
+from experiments import sweep_jobs
 
 
 def write_job(sweep: Path, name: str, overrides: list[str], num: int, **summary) -> Path:

@@ -1,6 +1,6 @@
 """What the tests share besides fixtures: the repository's paths, the config options, composing a config.
 
-Modules: ``support.helpers`` (decoders and nets from the composed configs, scripts as modules),
+Modules: ``support.helpers`` (decoders and nets from the composed configs),
 ``support.corpus`` (the bad-input corpus and the one way to build a tiny checkpoint), ``support.hostile``
 (one-line stderr checks, broken checkpoints), ``support.coco_replica`` (a miniature MS-COCO). The fixtures
 are in ``tests/conftest.py``.

@@ -29,11 +29,11 @@ import torch
 from PIL import Image
 from torch import nn
 
-from captioning.benchmarks.timing import median
 from captioning.data.datamodule import CaptionDataModule
 from captioning.data.features import CachedEncoder, FeatureCache, image_key
 from captioning.data.readers import ImageRecord
 from captioning.data.sources import CaptionSource, RecordSource
+from experiments.benchmarks.timing import median
 
 COCO_IMAGES = 123_287  # train2014 + val2014 (Karpathy's train + restval + val + test)
 GRID, WIDTH = 49, 1280  # EfficientNet-Lite0's 7×7 grid of 1280 channels: the COCO recipe's cached features
