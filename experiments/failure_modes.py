@@ -112,7 +112,7 @@ def main() -> None:
     )
     parser.add_argument("--checkpoint", required=True, help=".safetensors export or .ckpt")
     parser.add_argument(
-        "--data-root", type=Path, default=Path(os.environ.get("FLICKR8K_ROOT", "../shared/data/flickr8k"))
+        "--data-root", type=Path, default=Path(os.environ.get("FLICKR8K_ROOT", "data/flickr8k"))
     )
     parser.add_argument("--num-images", type=int, default=150)
     parser.add_argument("--out", type=Path, help="write the markdown block here")

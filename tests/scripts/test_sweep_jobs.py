@@ -1,4 +1,4 @@
-"""scripts/sweep_jobs.py: how every sweep script finds a sweep's jobs, names their configurations and
+"""experiments/sweep_jobs.py: how every sweep script finds a sweep's jobs, names their configurations and
 selects them (``--only``), on job folders written as Hydra's launchers leave them."""
 
 from __future__ import annotations
