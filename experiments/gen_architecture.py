@@ -183,7 +183,7 @@ def drawing(packages: dict[str, set[str]], detailed: bool) -> str:
         BEGIN,
         "",
         "Imports point one way: layer 0 imports no other captioning package, and each package imports only",
-        "from layers below its own (computed from the code by `scripts/gen_architecture.py`, checked by a test).",
+        "from lower layers (computed from the code by `scripts/gen_architecture.py`, checked by a test).",
         "",
     ]
     if detailed:
@@ -197,9 +197,9 @@ def drawing(packages: dict[str, set[str]], detailed: bool) -> str:
         lines += [f"| {n} | {' '.join(_label(name) for name in names)} |" for n, names in enumerate(rows)]
     lines += [
         "",
-        "`captioning/__init__.py`, the lazy public API, imports none of them when loaded. The entry points",
-        "(`training/train.py`, `cli/`) and the `experiments` package (benchmarks, sweeps, `scripts/`) import",
-        "the library; nothing in the library imports them.",
+        "`captioning/__init__.py`, the lazy public API, imports none of them when loaded. No library module",
+        "imports the entry points `training/train.py` and `cli/` (only `cli/` runs training), and nothing in",
+        "`captioning` imports the `experiments` package (benchmarks, sweeps, doc generators; `scripts/`).",
         "",
         END,
     ]
