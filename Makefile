@@ -13,13 +13,13 @@ export OMP_WAIT_POLICY ?= PASSIVE
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' Makefile | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml experiments/pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e ./experiments  # the library, and the experiments package beside it
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv and install the package (editable) with dev extras
+setup: $(STAMP)  ## create .venv and install the package (editable) with dev extras, and experiments/
 
 browser:  ## Debian's Chromium, for the demo page's browser test (installed with apt-get when root)
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -30,8 +30,8 @@ train: $(STAMP)  ## train hard (Gumbel) attention on synthetic scenes (~5 min, 2
 	$(PY) scripts/train_and_caption.py
 
 test: $(STAMP) browser  ## lint, then the whole test suite (slow tests included; Chromium for the demo test)
-	$(PY) -m ruff check captioning tests scripts
-	$(PY) -m ruff format --check captioning tests scripts
+	$(PY) -m ruff check captioning experiments tests scripts
+	$(PY) -m ruff format --check captioning experiments tests scripts
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 	$(PY) -m pytest -q -n auto --dist loadfile --durations=30  # a worker per core; the 30 slowest, to keep time in check
 
@@ -39,12 +39,12 @@ test-fast: $(STAMP)  ## the test suite without tests marked slow
 	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
 lint: $(STAMP)  ## ruff lint and format check
-	$(PY) -m ruff check captioning tests scripts
-	$(PY) -m ruff format --check captioning tests scripts
+	$(PY) -m ruff check captioning experiments tests scripts
+	$(PY) -m ruff format --check captioning experiments tests scripts
 
 format: $(STAMP)  ## apply ruff formatting and autofixes
-	$(PY) -m ruff check --fix captioning tests scripts
-	$(PY) -m ruff format captioning tests scripts
+	$(PY) -m ruff check --fix captioning experiments tests scripts
+	$(PY) -m ruff format captioning experiments tests scripts
 
 bench: $(STAMP)  ## benchmark table (training step, decoding, encoder)
 	$(PY) scripts/bench.py

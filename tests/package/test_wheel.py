@@ -53,7 +53,7 @@ def installed(tmp_path_factory) -> dict:
     names = zipfile.ZipFile(wheel).namelist()
     assert "captioning/conf/train.yaml" in names and "captioning/conf/debug/tiny.yaml" in names
     assert "captioning/inference/domains/flickr8k.json" in names  # the out-of-domain notice's file
-    assert not any(n.startswith(("tests/", "docs/", "scripts/")) for n in names)
+    assert not any(n.startswith(("tests/", "docs/", "scripts/", "experiments/")) for n in names)
 
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", venv], tmp, env)

@@ -9,9 +9,8 @@ import torch
 
 from captioning.inference.domain import Domain, surprise
 
-from support.helpers import load_script
+from experiments import imagenet_domain as script
 
-script = load_script("imagenet_domain")
 
 
 def test_derive_keeps_the_mean_probabilities_and_the_quantile_of_the_training_surprise():

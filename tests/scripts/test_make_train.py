@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from support import compose_train
-from support.helpers import load_script
+from experiments import train_and_caption as make_train
 
-make_train = load_script("train_and_caption")
+from support import compose_train
 
 
 def test_the_default_recipe_is_hard_gumbel_attention_for_850_steps():
