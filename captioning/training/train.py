@@ -27,6 +27,7 @@ from captioning.checkpoints.save import remove_orphan_temps  # noqa: E402
 from captioning.config import CONFIG_DIR  # noqa: E402
 from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
+from captioning.training.callbacks.progress_lines import bar_on  # noqa: E402
 from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
 from captioning.training.resume import (  # noqa: E402
     AUTO,
@@ -123,9 +124,11 @@ def train(cfg: DictConfig) -> str:
         raise ConfigError(one_line(err)) from err
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    # the bar on a terminal only: a pipe, a log file or a background run gets progress lines (ProgressLines)
+    bar = bar_on(cfg.trainer.get("enable_progress_bar"))
     try:  # Lightning refuses settings it cannot use (precision=bogus) with a ValueError: a config mistake
         trainer: pl.Trainer = hydra.utils.instantiate(
-            cfg.trainer, callbacks=callbacks, logger=loggers or False
+            cfg.trainer, callbacks=callbacks, logger=loggers or False, enable_progress_bar=bar
         )
     except InstantiationException as err:
         raise ConfigError(one_line(err)) from err  # "trainer: ..." (the key comes with it)
