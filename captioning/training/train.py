@@ -26,6 +26,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E40
 from captioning.checkpoints.save import remove_orphan_temps  # noqa: E402
 from captioning.config import CONFIG_DIR  # noqa: E402
 from captioning.errors import is_user_error, one_line  # noqa: E402
+from captioning.training import sweep_stop  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.callbacks.progress_lines import bar_on  # noqa: E402
 from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
@@ -167,6 +168,9 @@ def main(cfg: DictConfig) -> None:
         best = train(cfg)
     except StoppedBySignal as err:
         print(f"captioning-train: {err}", file=sys.stderr, flush=True)
+        if sweep_stop.in_worker_process():  # a local sweep's worker ends with its job: the sweep waits for it
+            sys.stdout.flush()
+            os._exit(143)
         sys.exit(143)
     except Exception as err:  # a user's mistake is one line and exit status 2; a bug keeps its traceback
         if not is_user_error(err):
@@ -219,6 +223,8 @@ def cli() -> None:
     own report of those spans several lines and exits 1. Command-line flags (``--multirun``, ``--cfg``,
     ...) go straight to Hydra."""
     args = sys.argv[1:]
+    if "-m" in args or "--multirun" in args:  # a local sweep's workers stop with it on SIGTERM
+        sweep_stop.install()
     for arg in args:  # Hydra creates the run folder before anything else and reports a failure in many lines
         if arg.startswith("hydra.run.dir="):
             if not arg.split("=", 1)[1].strip():  # Hydra would write the run into the current folder
