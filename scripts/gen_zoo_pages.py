@@ -1,5 +1,6 @@
 """Write the zoo's facts into the docs pages that quote them, from the zoo itself (no hand-copied numbers):
-the home page's "Shipped models" line (docs/index.md) and the table of docs/guides/which-model.md.
+the home page's "Shipped models" line (docs/index.md), the table of docs/guides/which-model.md and the
+opening table of docs/results/flickr8k.md.
 
     python scripts/gen_zoo_pages.py           # (re)write the generated blocks
     python scripts/gen_zoo_pages.py --check   # exit 1 if a committed block is not what the zoo gives
@@ -136,9 +137,47 @@ def which_model_table() -> str:
     return "\n".join(lines)
 
 
+def rerankings() -> list[tuple[dict[str, float], list[str], str]]:
+    """(scores x100, the zoo models' names, result file relative to docs/) of every consensus reranking
+    of two or more zoo models measured, best CIDEr-D first."""
+    rows = []
+    for path in sorted(RERANK.glob("*_consensus_dev_scores.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        names = [Path(c.strip()).stem.replace("_", "-") for c in str(data["checkpoint"]).split(" + ")]
+        if len(names) > 1:
+            scores = {k: 100 * float(v) for k, v in data["scores"].items() if isinstance(v, (int, float))}
+            rows.append((scores, names, path.relative_to(REPO / "docs").as_posix()))
+    return sorted(rows, key=lambda r: -r[0]["CIDEr"])
+
+
+METRICS = ["Bleu_1", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr"]
+
+
+def results_table() -> str:
+    """The current Flickr8k table of docs/results/flickr8k.md: every zoo model, then the rerankings."""
+    lines = [
+        "| model | BLEU-1 | BLEU-4 | METEOR | ROUGE-L | CIDEr-D | result file |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in scored_models():
+        cells = " | ".join(f"{r.scores[m]:.1f}" for m in METRICS)
+        lines.append(
+            f"| [`{r.name}`](../models/{r.card}): {r.description} | {cells} | "
+            f"[`{Path(r.result_file).name}`](../{r.result_file}) |"
+        )
+    for scores, names, result in rerankings():
+        cells = " | ".join(f"{scores[m]:.1f}" for m in METRICS)
+        lines.append(
+            f"| consensus reranking of {count_word(len(names))}: {', '.join(names)} | {cells} | "
+            f"[`{Path(result).name[:40]}...`](../{result}) |"
+        )
+    return "\n".join(lines)
+
+
 BLOCKS = {
     REPO / "docs" / "index.md": {"home": home_facts},
     REPO / "docs" / "guides" / "which-model.md": {"table": which_model_table},
+    REPO / "docs" / "results" / "flickr8k.md": {"results": results_table},
 }
 
 

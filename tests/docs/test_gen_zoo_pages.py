@@ -69,3 +69,11 @@ def test_a_block_without_its_markers_is_an_error_not_a_silent_skip(tmp_path) -> 
     ) == ("a\n<!-- zoo-facts:x -->\nnew\n<!-- /zoo-facts:x -->\nb")
     with pytest.raises(ValueError, match="missing the markers"):
         gen_zoo_pages.fill("no markers", "x", "new", tmp_path)
+
+
+def test_the_flickr8k_results_page_opens_with_the_zoo_table() -> None:
+    page = (REPO / "docs" / "results" / "flickr8k.md").read_text(encoding="utf-8")
+    first_table = page.index("\n| ")
+    assert page.index("<!-- zoo-facts:results -->") < first_table < page.index("<!-- /zoo-facts:results -->")
+    best = gen_zoo_pages.scored_models()[0]
+    assert page[first_table:].split("\n")[3].startswith(f"| [`{best.name}`]")  # header, rule, best model
