@@ -1,6 +1,6 @@
 # Every target that needs Python depends on the stamp file, so `make train` and `make test`
-# each do the whole set-up on a fresh machine (torch 2.14.1 / torchvision 0.29.1 are pinned:
-# they install from this machine's local wheel store).
+# each do the whole set-up on a fresh machine. pyproject.toml states lower bounds; the exact versions
+# the tests run with (torch 2.14.1 / torchvision 0.29.1 among them) are in constraints.txt.
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 export WANDB_MODE ?= offline
@@ -13,10 +13,10 @@ export OMP_WAIT_POLICY ?= PASSIVE
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' Makefile | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml experiments/pyproject.toml
+$(STAMP): pyproject.toml experiments/pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]' -e ./experiments  # the library, and the experiments package beside it
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]' -e ./experiments  # the library, and the experiments package beside it
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install the package (editable) with dev extras, and experiments/

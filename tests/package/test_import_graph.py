@@ -67,7 +67,9 @@ def test_libraries_never_import_the_entry_points() -> None:
             entry = next((e for e in ENTRY_POINTS if _within(target, e)), None)
             if entry is None or _within(module, entry):
                 continue  # not an entry point, or the entry point's own modules (the CLI's argparse helpers)
-            if (_within(module, "captioning.cli") or module == "captioning.api") and entry != "captioning.cli":
+            if (
+                _within(module, "captioning.cli") or module == "captioning.api"
+            ) and entry != "captioning.cli":
                 continue  # `captioning train` / `captioning bench` / `captioning.train()` run the others
             bad.append(_edge(graph, module, target))
     assert not bad, "imports of an entry point (cli, api, training.train):\n  " + "\n  ".join(bad)

@@ -8,9 +8,7 @@ import numpy as np
 import torch
 
 from captioning.inference.domain import Domain, surprise
-
 from experiments import imagenet_domain as script
-
 
 
 def test_derive_keeps_the_mean_probabilities_and_the_quantile_of_the_training_surprise():
