@@ -38,6 +38,7 @@ from captioning.training.resume import (  # noqa: E402
     last_checkpoint_path,
     resolve_ckpt_path,
 )
+from captioning.training.requeue import resume_requeued  # noqa: E402
 from captioning.training.validate import ConfigError, check_config, check_vocabulary  # noqa: E402
 
 
@@ -69,6 +70,7 @@ def train(cfg: DictConfig) -> str:
     # Config mistakes fail here in seconds, before the data is read or any training time is spent.
     check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
     check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
+    resume_requeued(cfg)  # a SLURM job started again after a requeue: ckpt_path=auto
     if (
         str(cfg.get("ckpt_path")) == AUTO
     ):  # a sweep re-run after a stop: its finished jobs are not trained again
