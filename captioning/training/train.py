@@ -28,6 +28,7 @@ from captioning.config import CONFIG_DIR  # noqa: E402
 from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
+from captioning.training.requeue import resume_requeued  # noqa: E402
 from captioning.training.resume import (  # noqa: E402
     AUTO,
     averages_weights,
@@ -38,7 +39,6 @@ from captioning.training.resume import (  # noqa: E402
     last_checkpoint_path,
     resolve_ckpt_path,
 )
-from captioning.training.requeue import resume_requeued  # noqa: E402
 from captioning.training.validate import ConfigError, check_config, check_vocabulary  # noqa: E402
 
 
