@@ -10,7 +10,7 @@ import argparse
 
 DECODING_FLAGS = ("num_beams", "num_return_sequences", "do_sample", "temperature", "top_k", "top_p",
                   "length_penalty", "no_repeat_ngram_size", "repetition_penalty", "max_new_tokens",
-                  "hard_attention")  # fmt: skip
+                  "allow_unk", "hard_attention")  # fmt: skip
 
 _HELP = {
     "num_beams": "beams per image (1 = greedy)",
@@ -23,6 +23,7 @@ _HELP = {
     "no_repeat_ngram_size": "block repeated n-grams (0 = off)",
     "repetition_penalty": "CTRL penalty (1.0 = off)",
     "max_new_tokens": "the most tokens generated",
+    "allow_unk": "let <unk> be generated (default: masked, as HF's bad_words_ids)",
     "hard_attention": "hard-attention models: read the most likely cell, or the expected context Σ α_i a_i "
     "(refused for a soft-attention model, where it would change nothing)",
 }
@@ -46,7 +47,7 @@ def add_decoding_arguments(
     for name in DECODING_FLAGS:
         if name in skip:
             continue
-        if name == "do_sample":
+        if name in ("do_sample", "allow_unk"):
             g.add_argument(flag(name), action="store_true", default=None, help=_HELP[name])
         elif name == "hard_attention":
             g.add_argument(flag(name), choices=("cell", "expected"), default=None, help=_HELP[name])

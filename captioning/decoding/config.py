@@ -10,6 +10,7 @@
 | ``no_repeat_ngram_size`` | no n-gram of this size occurs twice in a caption (0 = off) |
 | ``repetition_penalty`` | CTRL's penalty on the logits of words already generated (1.0 = off) |
 | ``max_new_tokens`` | the most tokens generated, ``<end>`` included |
+| ``allow_unk`` | let ``<unk>`` (a word rarer than the vocabulary's cut-off) be generated; off by default: its log-probability is masked in every strategy, as HF's ``bad_words_ids`` does |
 | ``hard_attention`` | hard-attention decoders only: ``"cell"`` reads the most likely cell a_{argmax α}; ``"expected"`` the expected context Σ_i α_i a_i, as the authors' code decodes its stochastic-attention models (arctic-captions ``capgen.py``: ``alpha_sample = alpha`` when not sampling). Soft attention is the expectation already |
 
 Differences from HF's defaults, both deliberate: ``length_penalty`` defaults to 0 (our beam search keeps
@@ -23,7 +24,7 @@ checkpoint's 5 beams) with 1, so ``model.caption(images, do_sample=True)`` sampl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 HARD_ATTENTION_CONTEXTS = ("cell", "expected")
@@ -56,6 +57,7 @@ OPTION_CHECKS = {
     "no_repeat_ngram_size": _integer(0, 100),
     "repetition_penalty": _number(lambda v: 0 < v <= 100, "a number in (0, 100] (1.0 = off)"),
     "max_new_tokens": _integer(1, 1000),
+    "allow_unk": (lambda v: isinstance(v, bool), "true or false"),
     "hard_attention": (
         lambda v: v in HARD_ATTENTION_CONTEXTS,
         "'cell' (the most likely cell) or 'expected' (the expected context, Σ α_i a_i)",
@@ -82,6 +84,12 @@ class GenerationConfig:
     no_repeat_ngram_size: int = 0
     repetition_penalty: float = 1.0
     max_new_tokens: int = 20
+    allow_unk: bool = field(
+        default=False,
+        metadata={
+            "help": "let <unk> be generated (default: masked, as HF's bad_words_ids; printed captions drop it)"
+        },
+    )
     hard_attention: str = "cell"
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E40
 
 from captioning.checkpoints.save import remove_orphan_temps  # noqa: E402
 from captioning.config import CONFIG_DIR  # noqa: E402
+from captioning.config_safety import check_targets, command_line_problem  # noqa: E402
 from captioning.errors import is_user_error, one_line  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
@@ -67,6 +68,7 @@ def _raised_by_lightning(err: BaseException) -> bool:
 
 
 def train(cfg: DictConfig) -> str:
+    check_targets(cfg)  # every _target_ on the allow-list (config_safety.py): nothing built before this
     # Config mistakes fail here in seconds, before the data is read or any training time is spent.
     check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
     check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
@@ -218,6 +220,11 @@ def cli() -> None:
     own report of those spans several lines and exits 1. Command-line flags (``--multirun``, ``--cfg``,
     ...) go straight to Hydra."""
     args = sys.argv[1:]
+    # as Hydra will compose it: targets, user YAML, and each job of a sweep checked as train() will
+    unsafe = command_line_problem(args, CONFIG_DIR, "train", check_job=check_config)
+    if unsafe:
+        print(f"captioning-train: error: {unsafe}", file=sys.stderr, flush=True)
+        sys.exit(2)
     for arg in args:  # Hydra creates the run folder before anything else and reports a failure in many lines
         if arg.startswith("hydra.run.dir="):
             if not arg.split("=", 1)[1].strip():  # Hydra would write the run into the current folder
