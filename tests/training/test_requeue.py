@@ -67,6 +67,7 @@ def test_requeued_twice_at_random_steps_the_job_resumes_by_itself_and_ends_where
         cfg = compose_train(RUN, run_dir)  # the job's own command: no ckpt_path
         with open_dict(cfg):
             cfg.callbacks.warn_at = OmegaConf.create({"_target_": f"{__name__}.WarnAt"})
+            cfg.allowed_targets = [__name__]  # this test module's class (config_safety.py)
         WarnAt.step = step
         with pytest.raises(StoppedBySignal):
             train(cfg)
