@@ -1,6 +1,6 @@
 # Every target that needs Python depends on the stamp file, so `make train` and `make test`
-# each do the whole set-up on a fresh machine (torch 2.14.1 / torchvision 0.29.1 are pinned:
-# they install from this machine's local wheel store).
+# each do the whole set-up on a fresh machine. pyproject.toml states lower bounds; the exact versions
+# the tests run with (torch 2.14.1 / torchvision 0.29.1 among them) are in constraints.txt.
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 export WANDB_MODE ?= offline
@@ -13,13 +13,13 @@ export OMP_WAIT_POLICY ?= PASSIVE
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' Makefile | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml experiments/pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]' -e ./experiments  # the library, and the experiments package beside it
 	touch $(STAMP)
 
-setup: $(STAMP)  ## create .venv and install the package (editable) with dev extras
+setup: $(STAMP)  ## create .venv and install the package (editable) with dev extras, and experiments/
 
 browser:  ## Debian's Chromium, for the demo page's browser test (installed with apt-get when root)
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -33,8 +33,8 @@ train: $(STAMP)  ## train hard (Gumbel) attention on synthetic scenes (~5 min, 2
 	$(PY) scripts/train_and_caption.py
 
 test: $(STAMP) browser  ## lint, then the whole test suite (slow tests included; Chromium for the demo test)
-	$(PY) -m ruff check captioning tests scripts
-	$(PY) -m ruff format --check captioning tests scripts
+	$(PY) -m ruff check captioning experiments tests scripts
+	$(PY) -m ruff format --check captioning experiments tests scripts
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 	$(PY) -m pytest -q -n auto --dist loadfile --durations=30  # a worker per core; the 30 slowest, to keep time in check
 
@@ -42,12 +42,12 @@ test-fast: $(STAMP)  ## the test suite without tests marked slow
 	$(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
 lint: $(STAMP)  ## ruff lint and format check
-	$(PY) -m ruff check captioning tests scripts
-	$(PY) -m ruff format --check captioning tests scripts
+	$(PY) -m ruff check captioning experiments tests scripts
+	$(PY) -m ruff format --check captioning experiments tests scripts
 
 format: $(STAMP)  ## apply ruff formatting and autofixes
-	$(PY) -m ruff check --fix captioning tests scripts
-	$(PY) -m ruff format captioning tests scripts
+	$(PY) -m ruff check --fix captioning experiments tests scripts
+	$(PY) -m ruff format captioning experiments tests scripts
 
 bench: $(STAMP)  ## benchmark table (training step, decoding, encoder)
 	$(PY) scripts/bench.py

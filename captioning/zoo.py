@@ -4,7 +4,8 @@
     model = Captioner.from_pretrained("flickr8k-soft-scst")
     captioning caption photo.jpg --checkpoint flickr8k-soft-scst
 
-A name resolves to a file, searched for (nothing is ever downloaded) in, first to last:
+A name is spelt with hyphens or, as the files are, with underscores (``flickr8k_soft_scst``), in any case.
+It resolves to a file, searched for (nothing is ever downloaded) in, first to last:
 
 1. ``$CAPTIONING_MODELS`` (one folder, or several separated by ``os.pathsep``);
 2. the clone's ``docs/models/`` when the package runs from a clone (not from an installed wheel);
@@ -139,15 +140,21 @@ def find(name: str) -> Path | None:
 
 
 def unknown_name_message(name: str) -> str:
-    close = difflib.get_close_matches(name, list(MODELS), n=3, cutoff=0.5)
+    close = difflib.get_close_matches(canonical_name(name), list(MODELS), n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     return f"{name!r} is not a model of the zoo; {hint}the zoo has: {', '.join(MODELS)}"
 
 
+def canonical_name(name: str) -> str:
+    """The zoo's spelling of a model name: the files are named with underscores (flickr8k_soft_scst), the
+    zoo with hyphens (flickr8k-soft-scst); either spelling, in any case, is the same model."""
+    return name.strip().lower().replace("_", "-")
+
+
 def lookup(name: str) -> ZooModel:
-    if name not in MODELS:
+    if canonical_name(name) not in MODELS:
         raise ZooError(unknown_name_message(name))
-    return MODELS[name]
+    return MODELS[canonical_name(name)]
 
 
 def sha256_of(path: Path) -> str:
@@ -231,7 +238,9 @@ def looks_like_name(text: str) -> bool:
 def checkpoint_path(text: str) -> Path:
     """A ``--checkpoint`` value as a path: a zoo name resolves to its checked file, a name that is not in
     the zoo (and no file) is an error with the nearest names, anything else is a path as given."""
-    if text in MODELS:  # the zoo's model, also when a file of that name is here (./NAME loads that file)
+    if (
+        canonical_name(text) in MODELS
+    ):  # the zoo's model, also when a file of that name is here (./NAME loads that file)
         if Path(text).exists():
             print(
                 f"{text}: the zoo model (SHA-256 checked); the file {Path(text).absolute()} of the same name is "

@@ -15,7 +15,7 @@
 #             model of part 2) and `captioning evaluate` (synthetic test scenes, tokenizer=simple: no Java)
 #             on D and on the CPU at once: captions compared word for word, log-probs and scores compared.
 #  4. api     Captioner.from_checkpoint(..., device=D, bf16=True) (and bf16=False): images/s, and
-#             captions against fp32 on the CPU. Tolerances: captioning/benchmarks/gpu_check.py.
+#             captions against fp32 on the CPU. Tolerances: experiments/benchmarks/gpu_check.py.
 # Results in OUT (default docs/results/gpu): summary.json (every number, torch and GPU versions),
 # summary.md, gpu_check.log, bench_paper.json, bench_large.json, train_metrics.csv: 6 files.
 # With --device cpu it is its own test (tests/scripts/test_gpu_check.py): the CPU compared with itself.
@@ -196,7 +196,7 @@ else
   part train "$TRAIN_T" "bf16-mixed, max_time $TRAIN_TIME" -- "$PYTHON" -m captioning.training.train \
     "${TRAINER[@]}" trainer.precision=bf16-mixed "trainer.max_time=00:00:$TRAIN_TIME" \
     trainer.enable_progress_bar=false "${TRAIN_SIZE[@]}" "hydra.run.dir=$WORK/train" 2>&1 | tee "$WORK/train.log"
-  "$PYTHON" -m captioning.benchmarks.gpu_check train --run "$WORK/train" --log "$WORK/train.log" \
+  "$PYTHON" -m experiments.benchmarks.gpu_check train --run "$WORK/train" --log "$WORK/train.log" \
     --json "$WORK/train.json" > /dev/null || true
   TRAINED="$(sed -n 's/^best checkpoint: //p' "$WORK/train.log" | tail -1)"
   metrics="$(ls "$WORK"/train/csv/*/metrics.csv 2>/dev/null | tail -1 || true)"
@@ -233,9 +233,9 @@ else
   else
     EVAL_ARGS=(--eval-images "$EVAL_IMAGES" --eval-checkpoint "$EVAL_CKPT")
   fi
-  "$PYTHON" -m captioning.benchmarks.gpu_check render --out "$WORK/scenes" --n "$SCENES" || echo "render failed"
+  "$PYTHON" -m experiments.benchmarks.gpu_check render --out "$WORK/scenes" --n "$SCENES" || echo "render failed"
   part cli "$CLI_T" "caption + evaluate, $DEVICE vs cpu${gone:+ (evaluate skipped: missing $gone)}" -- \
-    "$PYTHON" -m captioning.benchmarks.gpu_check cli --device "$DEVICE" --images "$WORK/scenes" \
+    "$PYTHON" -m experiments.benchmarks.gpu_check cli --device "$DEVICE" --images "$WORK/scenes" \
     --work "$WORK" --timeout "$((CLI_T - 10))" "${CHECKPOINTS[@]}" "${EVAL_ARGS[@]}"
 fi
 
@@ -246,9 +246,9 @@ elif [ ${#CHECKPOINTS[@]} = 0 ] || [ -n "$CORE_MISSING" ]; then
   skip api "no checkpoint, or missing: ${CORE_MISSING:-nothing}"
 else
   if [ ! -d "$WORK/scenes" ]; then
-    "$PYTHON" -m captioning.benchmarks.gpu_check render --out "$WORK/scenes" --n "$SCENES" || echo "render failed"
+    "$PYTHON" -m experiments.benchmarks.gpu_check render --out "$WORK/scenes" --n "$SCENES" || echo "render failed"
   fi
-  part api "$API_T" "Captioner(device=$DEVICE, bf16=True/False)" -- "$PYTHON" -m captioning.benchmarks.gpu_check \
+  part api "$API_T" "Captioner(device=$DEVICE, bf16=True/False)" -- "$PYTHON" -m experiments.benchmarks.gpu_check \
     captioner --device "$DEVICE" --images "$WORK/scenes" --work "$WORK" "${CHECKPOINTS[@]}"
 fi
 
@@ -258,5 +258,5 @@ for f in bench_paper.json bench_large.json; do
 done
 QUICK_FLAG=()
 if [ "$QUICK" = 1 ]; then QUICK_FLAG=(--quick); fi
-"$PYTHON" -m captioning.benchmarks.gpu_check summary --work "$WORK" --out "$OUT" --device "$DEVICE" "${QUICK_FLAG[@]}"
+"$PYTHON" -m experiments.benchmarks.gpu_check summary --work "$WORK" --out "$OUT" --device "$DEVICE" "${QUICK_FLAG[@]}"
 echo "gpu_check: done in $((SECONDS - START)) s; results in $OUT (work files in $WORK)"

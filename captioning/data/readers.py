@@ -44,6 +44,7 @@ FLICKR8K_SPLIT_FILES = {
     "test": "Flickr_8k.testImages.txt",
 }
 FLICKR8K_TOKEN_FILE = "Flickr8k.token.txt"
+FLICKR8K_FOLDER = "the Flickr8k folder (set paths.flickr8k=PATH or FLICKR8K_ROOT)"
 FLICKR8K_IMAGE_DIR = "Flicker8k_Dataset"  # sic: the original distribution misspells it
 
 
@@ -205,7 +206,7 @@ def read_flickr8k(root: str | Path, split: str, *, on_error: str = "raise") -> l
     if split not in FLICKR8K_SPLIT_FILES:
         raise ValueError(f"split must be one of {tuple(FLICKR8K_SPLIT_FILES)}, got {split!r}")
     report = Problems(Path(root) / FLICKR8K_SPLIT_FILES[split], on_error)
-    root = existing(root, "the Flickr8k folder", is_dir=True)
+    root = existing(root, FLICKR8K_FOLDER, is_dir=True)
     split_file = existing(root / FLICKR8K_SPLIT_FILES[split], f"the Flickr8k {split!r} split list")
     token_file = existing(root / FLICKR8K_TOKEN_FILE, "the Flickr8k caption file")
     image_dir = existing(root / FLICKR8K_IMAGE_DIR, "the Flickr8k image folder", is_dir=True)

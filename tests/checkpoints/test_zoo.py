@@ -71,6 +71,18 @@ def test_checkpoint_path_keeps_files_and_resolves_names(tmp_path, monkeypatch) -
         zoo.checkpoint_path("synthtic-soft")
 
 
+@pytest.mark.parametrize("spelling", ["flickr8k-soft-scst", "flickr8k_soft_scst", "Flickr8k-Soft-SCST"])
+def test_a_name_resolves_with_hyphens_or_underscores(spelling, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no file of that name here
+    assert zoo.lookup(spelling) is zoo.MODELS["flickr8k-soft-scst"]
+    assert zoo.checkpoint_path(spelling) == DOCS_MODELS / "flickr8k_soft_scst.safetensors"
+
+
+def test_a_misspelt_underscore_name_still_gets_the_nearest_names() -> None:
+    with pytest.raises(zoo.ZooError, match="did you mean flickr8k-soft-scst"):
+        zoo.resolve("flickr8k_soft_sct")
+
+
 def test_from_pretrained_loads_by_name() -> None:
     from captioning import Captioner
 

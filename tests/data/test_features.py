@@ -20,7 +20,7 @@ from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN
 from captioning.training.preflight import check_model_config
 from captioning.training.train import train
 
-from support import CONF, SHARED_DATA
+from support import CONF, FLICKR8K, HAS_FLICKR8K
 from support.helpers import build_net
 
 FLICKR8K_EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("flickr8k_*.yaml"))
@@ -249,9 +249,9 @@ def test_the_cache_is_made_by_the_models_own_encoder_even_a_random_one(tmp_path)
     assert folders == [FeatureCache(model.net.encoder, tmp_path / "cache").directory(64)]
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "flickr8k").is_dir(), reason="Flickr8k is not in ../shared/data")
+@pytest.mark.skipif(not HAS_FLICKR8K, reason="no Flickr8k (FLICKR8K_ROOT)")
 def test_flickr8k_photos_cached_as_the_live_lite0_encoder_sees_them(tmp_path):
-    source = RecordSource(read_flickr8k(SHARED_DATA / "flickr8k", "dev"), num_images=2)
+    source = RecordSource(read_flickr8k(FLICKR8K, "dev"), num_images=2)
     encoder = EfficientNetLiteEncoder(out_dim=112)  # frozen, packaged ImageNet weights
     features = FeatureCache(encoder, tmp_path, progress=False).features(source, 224)
     cached = torch.stack([features(i) for i in range(2)])

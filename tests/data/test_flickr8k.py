@@ -1,15 +1,12 @@
-"""Real data: the Flickr8k copy in ../shared/data/flickr8k (skipped when absent)."""
+"""Real data: the Flickr8k copy at FLICKR8K_ROOT (support.FLICKR8K; skipped when absent)."""
 
 import pytest
 
 from captioning.training.train import train
 
-from support import SHARED_DATA, compose_train
+from support import FLICKR8K, HAS_FLICKR8K, compose_train
 
-FLICKR8K = SHARED_DATA / "flickr8k"
-pytestmark = pytest.mark.skipif(
-    not (FLICKR8K / "Flickr8k.token.txt").is_file(), reason="no ../shared/data/flickr8k"
-)
+pytestmark = pytest.mark.skipif(not HAS_FLICKR8K, reason="no Flickr8k (FLICKR8K_ROOT)")
 
 
 def test_a_few_training_batches_on_flickr8k_with_the_pretrained_encoder(tmp_path):
@@ -50,9 +47,8 @@ def test_a_sweep_of_flickr8k_experiments_shares_the_feature_cache_and_is_aggrega
     import subprocess
     import sys
 
-    from support.helpers import load_script
+    from experiments import compare
 
-    compare = load_script("compare")
     sweep, cache = tmp_path / "sweep", tmp_path / "cache"
     cmd = [
         sys.executable, "-m", "captioning.training.train", "-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2",

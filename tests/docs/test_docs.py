@@ -3,8 +3,8 @@ site builds with ``mkdocs build --strict``, and the README stays a short product
 
 A fenced ``bash`` or ``python`` block is runnable when the line before it is an HTML comment starting
 with ``<!-- runnable`` (invisible on GitHub and on the site). Blocks run in a temporary folder holding
-``docs`` (a link to the repository's, so ``docs/models/...`` resolves) and ``photo.jpg`` (a Flickr8k dev
-photo when ``../shared`` has one, else a generated image). Substitutions, so the suite stays fast:
+``docs`` and ``examples`` (links to the repository's, so ``docs/models/...`` resolves) and ``photo.jpg`` (a Flickr8k dev
+photo when FLICKR8K_ROOT (``support.FLICKR8K``) has one, else a generated image). Substitutions, so the suite stays fast:
 
 - ``make train`` (5 minutes) runs as its tiny equivalent, ``scripts/train_and_caption.py`` with
   ``debug=tiny trainer.max_steps=4 trainer.val_check_interval=2`` (the same script and recipe
@@ -26,12 +26,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-REPO = Path(__file__).resolve().parents[2]
+from support import FLICKR8K, REPO
+
 BIN = Path(sys.executable).parent
 RUNNABLE_PAGES = ["README.md", "docs/getting-started.md"]
 FENCE = re.compile(r"<!-- runnable[^>]*-->\s*\n```(bash|python)[^\n]*\n(.*?)\n```", re.S)
 DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b")
-FLICKR_PHOTO = REPO.parent / "shared/data/flickr8k/Flicker8k_Dataset/1000268201_693b08cb0e.jpg"
+FLICKR_PHOTO = FLICKR8K / "Flicker8k_Dataset" / "1000268201_693b08cb0e.jpg"
 
 
 def runnable_blocks(page: str) -> list[tuple[str, str]]:
@@ -58,6 +59,7 @@ def substitute(line: str, tmp: Path) -> str:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     (tmp_path / "docs").symlink_to(REPO / "docs")
+    (tmp_path / "examples").symlink_to(REPO / "examples")  # the README's example photo
     photo = tmp_path / "photo.jpg"
     if FLICKR_PHOTO.exists():
         shutil.copy(FLICKR_PHOTO, photo)

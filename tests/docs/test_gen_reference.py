@@ -24,8 +24,7 @@ def test_reference_pages_are_current() -> None:
 
 
 def test_a_config_options_header_comment_is_its_description(tmp_path) -> None:
-    sys.path.insert(0, str(REPO / "scripts"))
-    from gen_reference import header_comment
+    from experiments.gen_reference import header_comment
 
     path = tmp_path / "x.yaml"
     path.write_text("# @package _global_\n# Tiny sizes: a run of\n# a few steps.\ndefaults: []\n# not this\n")

@@ -20,8 +20,6 @@ from captioning.inference.tuning import SplitScorer
 from captioning.metrics.cider import CiderD
 from captioning.models.decoders.ensemble import EnsembleDecoder
 
-from support.helpers import load_script
-
 REFS = [
     ["a dog runs on the grass", "a brown dog running through grass", "the dog is running"],
     ["a man sits on a bench", "a man sitting in the park", "an old man on a bench"],
@@ -296,7 +294,8 @@ def test_the_grid_script_scores_what_evaluate_writes_at_the_same_setting(
     argv = ["evaluate", "--checkpoint", tiny_checkpoint, "--out-dir", str(tmp_path / "eval"), "split=val"]
     assert main([*argv, *data, "rerank=consensus"]) == 0
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
-    grid = load_script("rerank_grid")
+    from experiments import rerank_grid as grid
+
     out = tmp_path / "grid.json"
     script = ["rerank_grid.py", "--checkpoint", tiny_checkpoint, "--neighbours", "30", "--weights", "16"]
     monkeypatch.setattr("sys.argv", [*script, "--out", str(out), *data])

@@ -31,8 +31,8 @@ from captioning.models.encoders import (
     TorchvisionEncoder,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-FLICKR8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "flickr8k"
+from support import FLICKR8K, HAS_FLICKR8K, REPO
+
 DOG_CLASSES = range(151, 269)  # ImageNet-1k indices of the dog breeds
 
 
@@ -346,7 +346,7 @@ def _flickr_images(want_dog: bool, n: int) -> list[Path]:
     return [FLICKR8K / "Flicker8k_Dataset" / k for k in sorted(names)[:n]]
 
 
-@pytest.mark.skipif(not (FLICKR8K / "Flickr8k.token.txt").is_file(), reason="Flickr8k not in ../shared/data")
+@pytest.mark.skipif(not HAS_FLICKR8K, reason="no Flickr8k (FLICKR8K_ROOT)")
 def test_lite_recognises_dogs_in_flickr8k_photos(lite_classifier: EfficientNetLite) -> None:
     mean = torch.tensor(LITE0_MEAN).view(1, 3, 1, 1)
 

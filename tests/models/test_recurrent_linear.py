@@ -3,9 +3,9 @@
 import torch
 import torch.nn.functional as F
 
-from captioning.benchmarks.reference import ReferenceSoftLSTM
 from captioning.losses import caption_loss
 from captioning.models.recurrent_linear import recurrent_linear
+from experiments.benchmarks.reference import ReferenceSoftLSTM
 
 from support.helpers import build_net, random_batch
 

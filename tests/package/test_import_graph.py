@@ -1,117 +1,41 @@
-"""The package's import graph (docs/design/architecture.md, "Import rule").
+"""The package's import graph (docs/design/architecture.md, "Import rule"), computed by
+``experiments/gen_architecture.py`` (every module parsed with ``ast``: imports at any level, function-local
+ones too):
 
-Every module of ``captioning`` is parsed with ``ast`` (imports at any level, function-local ones too):
-
-* no two modules import each other, directly or round a longer cycle;
-* the libraries never import the entry points (``captioning.cli``, ``captioning.training.train``,
-  ``captioning.benchmarks``), and the entry points other than the CLI never import ``captioning.cli``
-  (process settings are in ``captioning.runtime``, config composition in ``captioning.config``);
+* no two modules import each other, directly or round a longer cycle, and no two top-level packages do;
+* the libraries never import the entry points (``captioning.cli``, ``captioning.api``,
+  ``captioning.training.train``), the
+  entry points other than the CLI never import ``captioning.cli`` (process settings are in
+  ``captioning.runtime``, config composition in ``captioning.config``), and nothing in ``captioning``
+  imports ``experiments`` (benchmarks, sweeps, doc generators);
 * training may use the inference-level libraries, never the reverse: outside ``captioning.training`` and
   the entry points nothing imports ``captioning.training``;
 * ``captioning.errors`` imports no captioning module (the user-error types subclass its ``UserError``);
+* the layer drawings in README.md and the architecture page are the ones the imports give;
+* no file of the repository edits ``sys.path`` (experiments is a declared package, tests import it);
 * ``import captioning`` in a fresh process changes nothing in it.
 """
 
 from __future__ import annotations
 
-import ast
 import json
+import re
 import subprocess
 import sys
-from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "captioning"
-ENTRY_POINTS = ("captioning.cli", "captioning.training.train", "captioning.benchmarks")
+from experiments.gen_architecture import (
+    PACKAGE,
+    _within,
+    cycles,
+    external_imports,
+    generated_pages,
+    import_graph,
+    package_graph,
+)
 
+from support import REPO
 
-def _within(module: str, prefix: str) -> bool:
-    return module == prefix or module.startswith(prefix + ".")
-
-
-def _modules() -> dict[str, tuple[Path, bool]]:
-    """Dotted name -> (file, is a package ``__init__``) for every module of the package."""
-    modules = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        is_package = parts[-1] == "__init__"
-        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
-    return modules
-
-
-def import_graph() -> dict[str, dict[str, int]]:
-    """module -> {imported captioning module: line of the first such import}."""
-    modules = _modules()
-
-    def resolve(name: str) -> str | None:  # the longest known module prefix of an imported name
-        while name and name not in modules:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    graph: dict[str, dict[str, int]] = {}
-    for module, (path, is_package) in modules.items():
-        package = module if is_package else module.rpartition(".")[0]
-        imported: list[tuple[str, int]] = []
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            if isinstance(node, ast.Import):
-                imported += [(alias.name, node.lineno) for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:  # relative: from . import x, from ..a import b
-                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                    source = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
-                for alias in node.names:  # `from pkg import submodule` imports the submodule
-                    full = f"{source}.{alias.name}"
-                    imported.append((full if full in modules else source, node.lineno))
-        edges: dict[str, int] = {}
-        for name, line in sorted(imported, key=lambda item: item[1]):
-            target = resolve(name) if _within(name, "captioning") else None
-            if target is not None and target != module:
-                edges.setdefault(target, line)
-        graph[module] = edges
-    return graph
-
-
-def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components = []
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, iter(graph[root]))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(graph[child])))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    components.append(sorted(component))
-    return components
+ENTRY_POINTS = ("captioning.cli", "captioning.api", "captioning.training.train")
 
 
 def _edge(graph: dict[str, dict[str, int]], a: str, b: str) -> str:
@@ -129,7 +53,7 @@ def test_the_graph_sees_every_kind_of_import() -> None:
 def test_no_import_cycles() -> None:
     graph = import_graph()
     found = []
-    for component in _cycles(graph):
+    for component in cycles(graph):
         members = set(component)
         found += [_edge(graph, a, b) for a in component for b in graph[a] if b in members]
     assert not found, "import cycles between modules:\n  " + "\n  ".join(found)
@@ -143,10 +67,45 @@ def test_libraries_never_import_the_entry_points() -> None:
             entry = next((e for e in ENTRY_POINTS if _within(target, e)), None)
             if entry is None or _within(module, entry):
                 continue  # not an entry point, or the entry point's own modules (the CLI's argparse helpers)
-            if _within(module, "captioning.cli") and entry != "captioning.cli":
-                continue  # `captioning train` / `captioning bench` run the other entry points
+            if (
+                _within(module, "captioning.cli") or module == "captioning.api"
+            ) and entry != "captioning.cli":
+                continue  # `captioning train` / `captioning bench` / `captioning.train()` run the others
             bad.append(_edge(graph, module, target))
-    assert not bad, "imports of an entry point (cli, training.train, benchmarks):\n  " + "\n  ".join(bad)
+    assert not bad, "imports of an entry point (cli, api, training.train):\n  " + "\n  ".join(bad)
+
+
+def test_the_library_never_imports_experiments() -> None:
+    found = external_imports(PACKAGE, "experiments")
+    assert not found, "captioning imports the experiments package:\n  " + "\n  ".join(found)
+
+
+def test_no_import_cycles_between_packages() -> None:
+    packages = package_graph(import_graph())
+    assert {"models", "data", "decoding", "training", "cli"} <= packages.keys()
+    assert "models" in packages["decoding"] and "decoding" not in packages["models"]  # an edge's direction
+    assert not cycles(packages), f"packages importing each other: {cycles(packages)}"
+
+
+def test_the_layer_drawings_are_the_ones_the_imports_give() -> None:
+    stale = [
+        str(page.relative_to(REPO))
+        for page, (text, generated) in generated_pages().items()
+        if text != generated
+    ]
+    assert not stale, f"stale layer drawing in {stale}: run python scripts/gen_architecture.py"
+
+
+def test_nothing_in_the_repository_edits_sys_path() -> None:
+    edit = re.compile(r"sys\.path\s*(\.\s*(insert|append|extend)\s*\(|\[.*\]\s*=|\s*[+]?=)")
+    found = [
+        f"{path.relative_to(REPO)} line {number}"
+        for folder in ("captioning", "experiments", "scripts", "tests", "notebooks")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if edit.search(line)
+    ]
+    assert not found, "sys.path edited (import the experiments package instead):\n  " + "\n  ".join(found)
 
 
 def test_only_training_and_the_entry_points_import_training() -> None:

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import torch
 
-from support import REPO
-from support.corpus import build_module
-from support.helpers import load_script
+from experiments import ablate_words as ablate
 
-sys.path.insert(0, str(REPO / "scripts"))  # the script imports its neighbour scene_accuracy
-ablate = load_script("ablate_words")
+from support.corpus import build_module
 
 
 def _decoder(name: str):

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import attention_atlas  # noqa: E402
+from captioning import Captioner
+from captioning.data.sources import SyntheticSource
+from experiments import attention_atlas
 
-from captioning import Captioner  # noqa: E402
-from captioning.data.sources import SyntheticSource  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 MODEL = ROOT / "docs" / "models" / "synthetic_soft.safetensors"
 

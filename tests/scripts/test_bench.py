@@ -6,8 +6,8 @@ import sys
 
 import torch
 
-from captioning.benchmarks.reference import ReferenceSoftLSTM, per_image_beam_search
 from captioning.decoding import beam_search
+from experiments.benchmarks.reference import ReferenceSoftLSTM, per_image_beam_search
 
 from support import REPO
 from support.helpers import build_net, random_batch

@@ -17,10 +17,9 @@ import pytest
 import yaml
 from PIL import Image
 
-from support import DECODERS, TINY
-from support.helpers import load_script
+from experiments import compare
 
-compare = load_script("compare")
+from support import DECODERS, TINY
 
 # Two decoders that exist (hard attention and the transformer are written concurrently).
 PAIR = ["soft", next((d for d in ("hard_gumbel", "hard_reinforce", "transformer") if d in DECODERS), "soft")]

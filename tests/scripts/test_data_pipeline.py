@@ -1,9 +1,9 @@
-"""The input-pipeline benchmark (captioning/benchmarks/data_pipeline.py, ``bench.py --data-pipeline``): it
+"""The input-pipeline benchmark (experiments/benchmarks/data_pipeline.py, ``bench.py --data-pipeline``): it
 measures the datamodule's loader with and without workers, and its projection is the stated arithmetic."""
 
 import pytest
 
-from captioning.benchmarks.data_pipeline import (
+from experiments.benchmarks.data_pipeline import (
     build_cache,
     coco_cache_bytes,
     generate_jpegs,

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from support.corpus import build_module
-from support.helpers import load_script
+from experiments import estimator_variance as ev
 
-ev = load_script("estimator_variance")
+from support.corpus import build_module
 
 
 def reinforce_decoder() -> tuple:

@@ -1,8 +1,7 @@
 """The failure-mode rules of scripts/failure_modes.py on hand-made captions and references (no model, no data)."""
 
-from support.helpers import load_script
+from experiments import failure_modes as fm
 
-fm = load_script("failure_modes")
 W = fm.words
 
 

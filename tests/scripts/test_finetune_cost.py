@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from support.helpers import load_script
-
-finetune_cost = load_script("finetune_cost")
+from experiments import finetune_cost
 
 
 def test_it_times_frozen_held_and_released_steps_and_writes_them(tmp_path, monkeypatch) -> None:

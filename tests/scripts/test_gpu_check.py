@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from captioning.benchmarks import gpu_check
+from experiments.benchmarks import gpu_check
 
 from support import REPO
 

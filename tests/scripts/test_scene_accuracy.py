@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import scene_accuracy  # noqa: E402
+from experiments import scene_accuracy
 
-import third_renderer  # noqa: E402
+import third_renderer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MODEL = ROOT / "docs" / "models" / "synthetic_soft.safetensors"
 

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import scst_diagnostics  # noqa: E402
+from captioning.checkpoints.load import load_captioner
+from captioning.data.images import image_to_tensor
+from captioning.data.sources import SyntheticSource
+from captioning.data.tokenize import tokenize
+from captioning.decoding import generate
+from captioning.training.scst import scst_reward
+from experiments import scst_diagnostics
 
-from captioning.checkpoints.load import load_captioner  # noqa: E402
-from captioning.data.images import image_to_tensor  # noqa: E402
-from captioning.data.sources import SyntheticSource  # noqa: E402
-from captioning.data.tokenize import tokenize  # noqa: E402
-from captioning.decoding import generate  # noqa: E402
-from captioning.training.scst import scst_reward  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 MODEL = ROOT / "docs" / "models" / "synthetic_soft.safetensors"
 

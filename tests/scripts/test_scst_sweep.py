@@ -10,11 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support import TINY, compose_train
-from support.helpers import load_script
+from experiments import compare, scst_sweep
 
-scst_sweep = load_script("scst_sweep")
-compare = load_script("compare")
+from support import TINY, compose_train
 
 
 def xe_job(

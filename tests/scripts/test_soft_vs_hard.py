@@ -4,24 +4,23 @@ comparison's run folders."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import soft_vs_hard  # noqa: E402
-import soft_vs_hard_pages  # noqa: E402
-
-from captioning.metrics.bootstrap import (  # noqa: E402
+from captioning.metrics.bootstrap import (
     image_stats,
     paired_bootstrap,
     pooled,
     seed_image_bootstrap,
     welch_interval,
 )
-from captioning.metrics.coco import tokenize_captions  # noqa: E402
+from captioning.metrics.coco import tokenize_captions
+from experiments import (
+    soft_vs_hard,
+    soft_vs_hard_pages,
+)
 
 N = 40
 

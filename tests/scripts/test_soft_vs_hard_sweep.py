@@ -15,12 +15,8 @@ import yaml
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from support.helpers import load_script
-
-sweep = load_script("soft_vs_hard_sweep")
-compare = load_script("compare")
-scst_sweep = load_script("scst_sweep")
-soft_vs_hard = load_script("soft_vs_hard")
+from experiments import compare, scst_sweep, soft_vs_hard
+from experiments import soft_vs_hard_sweep as sweep
 
 HARD = ("flickr8k_hard_reinforce", "flickr8k_hard_gumbel")  # the decoders whose attention picks one cell
 

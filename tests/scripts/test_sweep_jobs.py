@@ -1,4 +1,4 @@
-"""scripts/sweep_jobs.py: how every sweep script finds a sweep's jobs, names their configurations and
+"""experiments/sweep_jobs.py: how every sweep script finds a sweep's jobs, names their configurations and
 selects them (``--only``), on job folders written as Hydra's launchers leave them."""
 
 from __future__ import annotations
@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.helpers import load_script
-
-sweep_jobs = load_script("sweep_jobs")
+from experiments import sweep_jobs
 
 
 def write_job(sweep: Path, name: str, overrides: list[str], num: int, **summary) -> Path:

@@ -9,11 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.helpers import load_script
-
-records = load_script("sweep_records")
-compare = load_script("compare")
-soft_vs_hard = load_script("soft_vs_hard")
+from experiments import compare, soft_vs_hard
+from experiments import sweep_records as records
 
 
 def job(sweep: Path, num: int, overrides: list[str], finished: bool = True) -> Path:

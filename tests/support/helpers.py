@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
-
 import torch
 
 from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.training.build import build_net as build_net_from_config
 
-from support import REPO, TINY, compose_train
-
-
-def load_script(name: str) -> ModuleType:
-    """``scripts/<name>.py`` imported as a module (scripts are entry points, not part of the package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from support import TINY, compose_train
 
 
 def build_net(decoder: str = "soft", vocab_size: int = 12, extra: list[str] | None = None, seed: int = 0):

@@ -1,5 +1,6 @@
 """ProgressLines: with the progress bar off (``trainer.enable_progress_bar=false``, as the compare recipe
-and background runs use), print one line every N optimizer steps and after every validation:
+uses, or a run whose output is not a terminal: ``bar_on``), print one line every N optimizer steps and
+after every validation:
 
     step 300/600 (50%) epoch 1 | train/loss 1.234 | val/Bleu_4 0.612 val/CIDEr 4.21 | 2.1 min, ETA 2.1 min
 
@@ -9,10 +10,21 @@ capped by what ``max_time`` leaves. With the bar on it prints nothing (the bar s
 
 from __future__ import annotations
 
+import sys
 import time
+from typing import IO
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Timer
+
+
+def bar_on(enabled: bool | None, stream: IO[str] | None = None) -> bool:
+    """Whether the run gets Lightning's progress bar: when ``trainer.enable_progress_bar`` asks for it and
+    the bar's stream (stdout) is a terminal. Piped into a file, ``tee`` or a script, or run in the
+    background, the bar's carriage-return updates never end a line, so nothing would show until the end:
+    there the bar is off and these lines report instead."""
+    stream = sys.stdout if stream is None else stream
+    return enabled is not False and bool(getattr(stream, "isatty", lambda: False)())
 
 
 class ProgressLines(pl.Callback):

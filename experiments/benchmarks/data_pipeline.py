@@ -5,7 +5,7 @@ path feeds a step, and how many DataLoader workers a GPU would need.
   datamodule's own training loader (``CaptionDataModule.train_dataloader``: ``RecordSource`` ->
   ``load_rgb`` JPEG decode -> ``image_to_tensor`` bicubic resize to S×S -> ``collate`` into batches of 64)
   with ``num_workers`` = 0, 1, 2, at S = 224 (the photo configs) and 96 (the synthetic-scene configs' size),
-  on Flickr8k's photos (``$FLICKR8K_ROOT`` or ``../shared/data/flickr8k``; the shared copy is 224×224)
+  on Flickr8k's photos (``$FLICKR8K_ROOT`` or ``data/flickr8k``, as ``paths.flickr8k``; the project machines' copy is 224×224)
   and on generated photo-sized (500×375) JPEGs. The one-off image check (``check_images``) is skipped: it
   is not part of an epoch. Files are read once first, so every row reads from the page cache.
 * **Feature cache** (frozen-encoder runs): rows/s of ``CachedEncoder.lookup`` (what the LightningModule
@@ -29,11 +29,11 @@ import torch
 from PIL import Image
 from torch import nn
 
-from captioning.benchmarks.timing import median
 from captioning.data.datamodule import CaptionDataModule
 from captioning.data.features import CachedEncoder, FeatureCache, image_key
 from captioning.data.readers import ImageRecord
 from captioning.data.sources import CaptionSource, RecordSource
+from experiments.benchmarks.timing import median
 
 COCO_IMAGES = 123_287  # train2014 + val2014 (Karpathy's train + restval + val + test)
 GRID, WIDTH = 49, 1280  # EfficientNet-Lite0's 7×7 grid of 1280 channels: the COCO recipe's cached features
@@ -71,8 +71,8 @@ def generate_jpegs(folder: Path, n: int, size: tuple[int, int] = PHOTO_SIZE, see
 
 
 def flickr8k_photos(n: int, root: str | Path | None = None) -> list[Path]:
-    """The first ``n`` photos of Flickr8k (``root``, ``$FLICKR8K_ROOT`` or ``../shared/data/flickr8k``); [] if absent."""
-    for candidate in (root, os.environ.get("FLICKR8K_ROOT"), REPO.parent / "shared" / "data" / "flickr8k"):
+    """The first ``n`` photos of Flickr8k (``root``, ``$FLICKR8K_ROOT`` or ``data/flickr8k`` in the clone); [] if absent."""
+    for candidate in (root, os.environ.get("FLICKR8K_ROOT"), REPO / "data" / "flickr8k"):
         if candidate and (Path(candidate) / "Flicker8k_Dataset").is_dir():
             return sorted((Path(candidate) / "Flicker8k_Dataset").glob("*.jpg"))[:n]
     return []

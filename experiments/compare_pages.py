@@ -13,9 +13,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from sweep_jobs import SEED_KEY  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+
+from experiments.sweep_jobs import SEED_KEY
 
 COLUMNS = {  # row key -> column title
     "Bleu_1": "BLEU-1",

@@ -1,11 +1,11 @@
 """The steps of ``scripts/gpu_check.sh`` that are Python: scenes to caption, the CLIs on two devices and
 their comparison, the ``Captioner`` API in bf16, the training run's numbers and the summary.
 
-    python -m captioning.benchmarks.gpu_check render --out DIR --n 64
-    python -m captioning.benchmarks.gpu_check cli --device cuda --images DIR --work W --checkpoint A ...
-    python -m captioning.benchmarks.gpu_check captioner --device cuda --images DIR --work W --checkpoint A ...
-    python -m captioning.benchmarks.gpu_check train --run RUN_DIR --log LOG --json W/train.json
-    python -m captioning.benchmarks.gpu_check summary --work W --out OUT
+    python -m experiments.benchmarks.gpu_check render --out DIR --n 64
+    python -m experiments.benchmarks.gpu_check cli --device cuda --images DIR --work W --checkpoint A ...
+    python -m experiments.benchmarks.gpu_check captioner --device cuda --images DIR --work W --checkpoint A ...
+    python -m experiments.benchmarks.gpu_check train --run RUN_DIR --log LOG --json W/train.json
+    python -m experiments.benchmarks.gpu_check summary --work W --out OUT
 
 Each step writes one JSON in the work folder; ``summary`` gathers them (and the parts' status and times
 that the shell script logged in ``W/parts.jsonl``) into ``OUT/summary.json`` and ``OUT/summary.md``
@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from captioning.benchmarks.gpu_summary import summary_step
+from experiments.benchmarks.gpu_summary import summary_step
 
 TOLERANCES = {
     "fp32": {"max_token_logprob_diff": 0.01, "near_tie_score_diff": 0.02},

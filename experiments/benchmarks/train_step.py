@@ -1,6 +1,6 @@
 """Training-step rows of the benchmark: ours against the straightforward reference, paired in time.
 
-The soft LSTM's reference (captioning/benchmarks/reference.py: keys W_k·a recomputed at every step,
+The soft LSTM's reference (experiments/benchmarks/reference.py: keys W_k·a recomputed at every step,
 embedding gates and output layer one step at a time) has the same weights and math; its loss is checked
 equal before timing. The FLOPs of the soft step are counted analytically and divided by the measured
 matmul peak (and a datasheet peak, when given), to report the fraction of the roofline reached.
@@ -13,12 +13,12 @@ from collections.abc import Callable
 import hydra
 import torch
 
-from captioning.benchmarks.reference import ReferenceSoftLSTM
-from captioning.benchmarks.timing import PeakMemory, timed, timed_pairs
 from captioning.config import compose_config
 from captioning.losses import caption_loss
 from captioning.models.decoders.base import shift_inputs
 from captioning.training.build import net_config
+from experiments.benchmarks.reference import ReferenceSoftLSTM
+from experiments.benchmarks.timing import PeakMemory, timed, timed_pairs
 
 
 def build_decoder(name: str, args) -> tuple[torch.nn.Module, Callable[..., torch.optim.Optimizer]]:

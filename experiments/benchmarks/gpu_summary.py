@@ -1,4 +1,4 @@
-"""The last step of ``scripts/gpu_check.sh``: gather what the other steps of ``captioning.benchmarks.gpu_check``
+"""The last step of ``scripts/gpu_check.sh``: gather what the other steps of ``experiments.benchmarks.gpu_check``
 wrote (one JSON each in the work folder, the parts' status and times in ``parts.jsonl``) with the machine's
 environment into ``summary.json`` and the ``summary.md`` table committed under docs/results/.
 """

@@ -9,9 +9,9 @@ import time
 
 import torch
 
-from captioning.benchmarks.timing import median, timed
 from captioning.data.vocab import SPECIALS, Vocab
 from captioning.metrics.cider import CiderD
+from experiments.benchmarks.timing import median, timed
 
 WORDS = [f"w{i}" for i in range(400)]
 

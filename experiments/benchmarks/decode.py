@@ -7,9 +7,9 @@ import time
 
 import torch
 
-from captioning.benchmarks.reference import ReferenceSoftLSTM, per_image_beam_search
-from captioning.benchmarks.timing import timed
 from captioning.decoding import beam_search, greedy
+from experiments.benchmarks.reference import ReferenceSoftLSTM, per_image_beam_search
+from experiments.benchmarks.timing import timed
 
 NO_END = -1  # no token has this id: every caption decodes the full length, so work is comparable
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 # BLEU-4 as coco-caption computes it, and without its brevity penalty as Xu et al. (2015) report it.
 METRICS = {"Bleu_4": "BLEU-4", "Bleu_4_nobp": "BLEU-4 without BP", "CIDEr": "CIDEr-D"}

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from captioning.benchmarks.timing import median
+from experiments.benchmarks.timing import median
 
 
 def bench_startup(repeats: int = 5) -> list[dict]:

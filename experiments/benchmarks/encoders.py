@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from captioning.benchmarks.timing import timed
+from experiments.benchmarks.timing import timed
 
 
 def bench_encoders(args, device: torch.device) -> list[dict]:

@@ -1,0 +1,72 @@
+"""SIGTERM to a local sweep stops its worker processes too (captioning/training/sweep_stop.py): the sweep
+exits 143 with one line on how to go on, and no job keeps training unseen."""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from captioning.training.sweep_stop import stop_workers
+
+from support import TINY
+
+
+def _sleep(ready, ignore_sigterm: bool) -> None:
+    if ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(120)
+
+
+def test_workers_get_sigterm_and_one_that_ignores_it_is_killed_after_the_grace() -> None:
+    ctx = multiprocessing.get_context("spawn")
+    ready = [ctx.Event(), ctx.Event()]
+    polite = ctx.Process(target=_sleep, args=(ready[0], False))
+    stubborn = ctx.Process(target=_sleep, args=(ready[1], True))
+    polite.start(), stubborn.start()
+    assert all(event.wait(60) for event in ready)  # started, and the stubborn one ignores SIGTERM
+    assert stop_workers(grace=3) == 2
+    assert not polite.is_alive() and polite.exitcode == -signal.SIGTERM
+    assert not stubborn.is_alive() and stubborn.exitcode == -signal.SIGKILL
+
+
+def _captioning_train() -> list[str]:
+    script = Path(sys.executable).with_name("captioning-train")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "captioning.training.train"]
+
+
+@pytest.mark.slow  # a sweep of two endless tiny jobs, stopped once both train (~30-60 s on 2 busy cores)
+def test_sigterm_to_a_joblib_sweep_ends_its_workers(tmp_path) -> None:
+    cmd = [
+        *_captioning_train(), "-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2", "seed=0,1", *TINY,
+        "trainer.max_steps=1000000", "trainer.max_epochs=100000", "callbacks.progress_lines.every_n_steps=1",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]  # fmt: skip
+    log = tmp_path / "out.txt"
+    with open(log, "w") as out:
+        sweep = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        while log.read_text().count("step 2/") < 2:  # both jobs are training (progress lines: not a tty)
+            assert sweep.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        workers = psutil.Process(sweep.pid).children(recursive=True)
+        assert len([w for w in workers if "loky" in " ".join(w.cmdline())]) >= 2
+        sweep.send_signal(signal.SIGTERM)
+        assert sweep.wait(timeout=120) == 143
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert alive == []
+        text = log.read_text()
+        assert "sweep stopped by SIGTERM (2 running job(s) stopped)" in text and "ckpt_path=auto" in text
+    finally:
+        for proc in [sweep, *psutil.Process().children(recursive=True)]:
+            if proc.pid != sweep.pid or sweep.poll() is None:
+                proc.kill()
