@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export PYTHONHASHSEED := 0
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help setup browser train test test-fast lint format bench notebooks docs clean
+.PHONY: help setup browser slurm train test test-fast lint format bench notebooks docs clean
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' Makefile | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ browser:  ## Debian's Chromium, for the demo page's browser test (installed with
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	  else echo "warning: chromium is missing and this is not root: the browser test will be skipped"; fi; }
+
+slurm:  ## start the local two-node SLURM cluster of tests/cluster (apt-get slurm-wlm munge when root; `make test` starts it itself)
+	scripts/slurm_local.sh start
 
 train: $(STAMP)  ## train hard (Gumbel) attention on synthetic scenes (~5 min, 2 CPUs), then caption a new image
 	$(PY) scripts/train_and_caption.py

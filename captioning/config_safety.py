@@ -76,6 +76,7 @@ FUNCTIONS = (
     "captioning.data.features",
     "captioning.data.transforms",
     "captioning.training.callbacks",
+    "captioning.training.distributed.DDPStrategy",
     "captioning.training.lit_module",
     "captioning.training.scst",
     "captioning.training.schedules",

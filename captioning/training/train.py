@@ -31,6 +31,7 @@ from captioning.training import sweep_stop  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.callbacks.progress_lines import bar_on  # noqa: E402
 from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
+from captioning.training.requeue import resume_requeued  # noqa: E402
 from captioning.training.resume import (  # noqa: E402
     AUTO,
     averages_weights,
@@ -73,6 +74,7 @@ def train(cfg: DictConfig) -> str:
     # Config mistakes fail here in seconds, before the data is read or any training time is spent.
     check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
     check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
+    resume_requeued(cfg)  # a SLURM job started again after a requeue: ckpt_path=auto
     if (
         str(cfg.get("ckpt_path")) == AUTO
     ):  # a sweep re-run after a stop: its finished jobs are not trained again

@@ -1,4 +1,4 @@
-"""PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps, after every validation, on SIGTERM and at
+"""PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps or M minutes of training (whichever comes first), after every validation, on SIGTERM and at
 the end of training, never between an epoch's last step and its validation. It is the one writer of
 ``last.ckpt`` (``model_checkpoint`` keeps only the best), and it saves after the best of a validation
 is written, so a kill between the two never skips that best (``_rank_first``).
@@ -18,6 +18,7 @@ one) would resume a longer run in the next epoch, skipping the rest of this one 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -43,11 +44,30 @@ def _validation_follows(trainer: pl.Trainer) -> bool:
 
 
 class PeriodicCheckpoint(ModelCheckpoint):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, every_n_minutes: float | None = None, **kwargs) -> None:
+        """``every_n_minutes``: also save once that many minutes of wall-clock time have passed since the
+        last save (rank 0's clock decides for all ranks); None: by steps only. The time interval is what
+        a job loses at most to a kill that gives no warning (SIGKILL, a node failure): a preemption's
+        SIGTERM saves where the run is (``on_train_batch_end``)."""
+        if every_n_minutes is not None and not every_n_minutes > 0:
+            raise ValueError(f"every_n_minutes={every_n_minutes}: expected minutes > 0, or null")
         super().__init__(**kwargs)
         self._save_after_validation = False
+        self._every_n_seconds = None if every_n_minutes is None else 60.0 * every_n_minutes
+        self._last_save_time = time.monotonic()
+
+    def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        self._last_save_time = time.monotonic()
+
+    def _due_by_time(self, trainer: pl.Trainer) -> bool:
+        if self._every_n_seconds is None:
+            return False
+        due = time.monotonic() - self._last_save_time >= self._every_n_seconds
+        return bool(trainer.strategy.broadcast(due))  # one decision for all ranks: the save is collective
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        by_time = self._due_by_time(trainer)  # first: every rank takes part in the broadcast, every batch
         if (trainer.received_sigterm or _stops_at_max_steps(trainer)) and not _validation_follows(trainer):
             # Lightning stops after this hook (SIGTERM: a scheduler's preemption, `kill`; max_steps): save
             # where the run is, so `ckpt_path=last` resumes here rather than at the last periodic save.
@@ -55,7 +75,10 @@ class PeriodicCheckpoint(ModelCheckpoint):
             return
         if _validation_follows(trainer):
             due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
-            self._save_after_validation = self._save_after_validation or due
+            self._save_after_validation = self._save_after_validation or due or by_time
+            return
+        if by_time and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 

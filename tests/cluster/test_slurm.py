@@ -1,0 +1,212 @@
+"""On a real SLURM cluster (scripts/slurm_local.sh: n1 and n2 on 127.0.0.1): the project's own launcher
+(hydra/launcher=slurm) runs sweeps and DDP jobs with the same results as without SLURM, and the sbatch
+template (scripts/slurm_train.sbatch) survives a preemption and its time-limit warning by itself.
+
+All cluster tests live in this one file: ``make test`` runs files on pytest-xdist workers (--dist
+loadfile), and the session's cluster must have one user, who starts and stops it (conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from training.test_ddp import RUN as DDP_RUN
+from training.test_ddp import read_val_row, validate_one_process
+
+from support import REPO, TINY, compose_train
+
+pytestmark = pytest.mark.slow
+
+TEMPLATE = REPO / "scripts" / "slurm_train.sbatch"
+# The slurm launcher's config with what a CPU-only 2-node cluster needs: one CPU a task, no GPUs.
+LAUNCH = [
+    "hydra/launcher=slurm",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.gpus_per_node=null",
+    "hydra.launcher.timeout_min=15",
+]
+CPU_DDP = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.precision=32-true"]
+
+
+def _multirun(args: list[str], sweep_dir: Path, env: dict) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "captioning.training.train", "-m", *args, f"hydra.sweep.dir={sweep_dir}"]
+    return subprocess.Popen(
+        cmd, cwd=sweep_dir.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 420) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def _history(run_dir: Path) -> list[dict]:
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary["finished"] is True
+    return summary["history"]
+
+
+def test_a_sweep_through_the_slurm_launcher_equals_the_basic_launchers(slurm: dict, tmp_path: Path) -> None:
+    sweep = [*TINY, "trainer.max_epochs=1", "seed=0,1"]
+    on_slurm = _multirun([*LAUNCH, *sweep], tmp_path / "slurm", slurm)
+    basic = _multirun(sweep, tmp_path / "basic", slurm)  # Hydra's basic launcher: one job after the other
+    _finish(on_slurm)
+    _finish(basic)
+    assert list((tmp_path / "slurm" / ".submitit").glob("*_1/*_submission.sh")) or list(
+        (tmp_path / "slurm" / ".submitit").glob("*/*_submission.sh")
+    )  # the jobs went through sbatch
+    for job in ("0", "1"):
+        assert _history(tmp_path / "slurm" / job) == _history(tmp_path / "basic" / job), job
+    losses = [_history(tmp_path / "slurm" / job)[-1]["metrics"]["val/loss"] for job in ("0", "1")]
+    assert losses[0] != losses[1]  # two seeds, two runs: not one run twice
+
+
+def test_ddp_jobs_on_one_node_and_on_two_nodes_score_like_one_process(slurm: dict, tmp_path: Path) -> None:
+    layouts = {
+        "one_node": ["trainer.devices=2", "trainer.num_nodes=1"],
+        "two_nodes": ["trainer.devices=1", "trainer.num_nodes=2"],
+    }
+    procs = {
+        name: _multirun([*LAUNCH, *CPU_DDP, *DDP_RUN, *layout], tmp_path / name, slurm)
+        for name, layout in layouts.items()
+    }
+    for name, proc in procs.items():
+        _finish(proc)
+        run_dir = tmp_path / name / "0"
+        (script,) = (tmp_path / name / ".submitit").glob("*/*_submission.sh")
+        nodes = 1 if name == "one_node" else 2
+        assert (
+            f"#SBATCH --nodes={nodes}" in script.read_text()
+            and f"--ntasks-per-node={3 - nodes}" in script.read_text()
+        )
+        logs = "".join(p.read_text() for p in (tmp_path / name / ".submitit").rglob("*_log.err"))
+        assert "MEMBER: 1/2" in logs and "MEMBER: 2/2" in logs, logs[-3000:]  # both ranks in one world
+        ddp_scores = read_val_row(run_dir)  # the whole val split, gathered from both ranks
+        single = validate_one_process(
+            run_dir / "checkpoints" / "last.ckpt", compose_train(DDP_RUN, tmp_path / "single")
+        )
+        assert single == ddp_scores, name  # 7 images: rank 1's padding duplicate is not scored
+
+
+# ----------------------------------------------------------------------------------- sbatch template
+
+EVERY = 5  # last.ckpt every 5 steps
+STEPS = 50  # 160 scenes x 5 captions / (batch 8 x 2 ranks), one epoch
+
+
+def _job_state(job: str, env: dict) -> str:
+    shown = subprocess.run(["scontrol", "show", "job", job, "-o"], env=env, capture_output=True, text=True)
+    match = re.search(r"JobState=(\S+)", shown.stdout)
+    return match.group(1) if match else "GONE"
+
+
+def _wait_for(job: str, env: dict, states: set[str], timeout: float = 300) -> str:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        state = _job_state(job, env)
+        if state in states:
+            return state
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} not in {states} within {timeout} s: {_job_state(job, env)}")
+
+
+def _release(job: str, env: dict) -> None:
+    """A requeued job waits ~2 minutes (SLURM's BeginTime) before it may start again: start it now."""
+    _wait_for(job, env, {"PENDING"})
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=True)
+
+
+def _attempts(log: Path) -> list[list[int]]:
+    """For each start of the job, the steps its progress lines name (rank 0 prints one per step)."""
+    text = log.read_text() if log.is_file() else ""
+    starts = text.split("slurm_train: job")[1:]
+    return [[int(s) for s in re.findall(rf"^step (\d+)/{STEPS}", part, re.M)] for part in starts]
+
+
+def _wait_for_step(log: Path, step: int, job: str, env: dict, attempt: int = 0, timeout: float = 300) -> None:
+    """Until the latest start (or start number ``attempt + 1``, with ``attempt``) has reached ``step``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        attempts = _attempts(log)
+        if len(attempts) > attempt and attempts[-1] and attempts[-1][-1] >= step:
+            return
+        assert _job_state(job, env) in {"PENDING", "RUNNING", "CONFIGURING"}, log.read_text()[-3000:]
+        time.sleep(0.1)
+    raise AssertionError(f"step {step} not reached within {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+def test_the_sbatch_template_survives_a_preemption_and_a_time_limit_warning_by_itself(
+    slurm: dict, tmp_path: Path
+) -> None:
+    run_dir, log = tmp_path / "run", tmp_path / "slurm.out"
+    overrides = [
+        *TINY,
+        "trainer.accelerator=cpu",
+        "trainer.precision=32-true",
+        "data.train.num_images=160",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        "callbacks.progress_lines.every_n_steps=1",
+        f"callbacks.last_checkpoint.every_n_train_steps={EVERY}",
+    ]
+    sbatch = [
+        "sbatch",
+        "--parsable",
+        "--nodes=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=1",
+        f"--output={log}",
+    ]
+    job = subprocess.run(
+        [*sbatch, str(TEMPLATE), *overrides],
+        env={**slurm, "RUN_DIR": str(run_dir)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+    first = random.randint(3, 20)
+    second = random.randint(first + 5, STEPS - 10)
+    redone = []
+    for step, interrupt in (
+        (first, ["scontrol", "requeue", job]),  # a preemption: SIGTERM, and srun's SIGKILL, with no warning
+        (second, ["scancel", "--signal=USR1", job]),  # the time-limit warning (--signal=USR1@300)
+    ):
+        _wait_for_step(log, step, job, slurm)
+        starts = len(_attempts(log))
+        subprocess.run(interrupt, env=slurm, check=True)
+        _release(job, slurm)
+        _wait_for_step(log, 0, job, slurm, attempt=starts)  # the next start's first step
+        reached, resumed = (_attempts(log)[i] for i in (-2, -1))
+        resumed_from = resumed[0] - 1
+        redone.append(max(0, max(reached) - resumed_from))  # steps the restart trains a second time
+    assert _wait_for(job, slurm, {"COMPLETED", "FAILED", "CANCELLED"}) == "COMPLETED", log.read_text()[-4000:]
+
+    text = log.read_text()
+    print(f"interrupted at steps {first}, {second}; steps trained again after each: {redone}")
+    assert redone[0] <= EVERY, (first, redone)  # a preemption loses at most one checkpoint interval
+    assert redone[1] == 0, (second, redone)  # the warning saves where the run stops
+    assert re.search(rf"SLURM warning signal: last.ckpt saved at step \d+; job {job} requeued", text)
+    for count in (1, 2):
+        assert f"SLURM job {job} restarted (SLURM_RESTART_COUNT={count}): ckpt_path=auto" in text
+    assert "already holds checkpoints" not in text
+    assert "SLURM auto-requeueing enabled" not in text  # Lightning's handler is off: one owner
+    final = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["global_step"] == STEPS and json.loads((run_dir / "run.json").read_text())["finished"]
+
+    # a finished job requeued once more starts, finds its run.json, and trains nothing
+    files = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*.ckpt")}
+    subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)
+    _release(job, slurm)
+    assert _wait_for(job, slurm, {"COMPLETED", "FAILED"}) == "COMPLETED"
+    assert f"{run_dir} holds a finished run (run.json)" in log.read_text()
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*.ckpt")} == files

@@ -1,0 +1,125 @@
+"""A SLURM job that is requeued (its time-limit warning signal, or a preemption's SIGTERM) resumes from its
+own last.ckpt without ckpt_path, finishes at the uninterrupted run's step, and is never trained again.
+
+``scontrol`` is a stand-in here (a script on PATH that records its arguments and sends the SIGTERM SLURM
+would); tests/cluster/ does the same on a real SLURM cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from omegaconf import OmegaConf, open_dict
+
+from captioning.training.callbacks.slurm_requeue import SlurmRequeue
+from captioning.training.requeue import resume_requeued, slurm_job_id
+from captioning.training.train import StoppedBySignal, train
+
+from support import TINY, compose_train
+
+# 24 scenes x 5 captions / batch 8 = 15 steps an epoch, two epochs: 30 steps, validation after each epoch.
+RUN = [*TINY, "trainer.max_epochs=2", "callbacks.last_checkpoint.every_n_train_steps=7"]
+STEPS = 30
+
+
+class WarnAt(pl.Callback):
+    """SLURM's time-limit warning (SIGUSR1) to this process at the end of step ``step``."""
+
+    step = -1
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if trainer.global_step == WarnAt.step:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path, monkeypatch) -> Path:
+    """SLURM_JOB_ID=4242 and an ``scontrol`` that logs its arguments and sends SIGTERM to its caller."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {log}\nkill -TERM $PPID\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    for name in ("SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    return log
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+
+
+def test_requeued_twice_at_random_steps_the_job_resumes_by_itself_and_ends_where_an_uninterrupted_run_does(
+    tmp_path: Path, fake_slurm: Path, monkeypatch
+) -> None:
+    steps = sorted(random.sample(range(2, STEPS - 1), 2))  # two warnings, anywhere but the last step
+    run_dir = tmp_path / "requeued"
+    for restart, step in enumerate(steps):
+        monkeypatch.setenv("SLURM_RESTART_COUNT", str(restart))
+        cfg = compose_train(RUN, run_dir)  # the job's own command: no ckpt_path
+        with open_dict(cfg):
+            cfg.callbacks.warn_at = OmegaConf.create({"_target_": f"{__name__}.WarnAt"})
+            cfg.allowed_targets = [__name__]  # this test module's class (config_safety.py)
+        WarnAt.step = step
+        with pytest.raises(StoppedBySignal):
+            train(cfg)
+        saved = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+        # SIGTERM arrived inside step `step`'s end: saved there, or after the next batch at the latest
+        assert step <= saved["global_step"] <= step + 1, (steps, saved["global_step"])
+    assert fake_slurm.read_text().split("\n")[:-1] == ["requeue 4242", "requeue 4242"]
+
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    best = Path(train(compose_train(RUN, run_dir)))  # the third start runs to the end
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == STEPS
+    assert json.loads((run_dir / "run.json").read_text())["finished"] is True
+
+    monkeypatch.delenv("SLURM_RESTART_COUNT")
+    monkeypatch.delenv("SLURM_JOB_ID")
+    plain = tmp_path / "uninterrupted"
+    train(compose_train(RUN, plain))
+    assert torch.load(plain / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == STEPS
+
+    # a finished job that SLURM starts once more (a requeue after its end) is not trained again
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "3")
+    files = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()}
+    assert train(compose_train(RUN, run_dir)) == str(best)
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()} == files
+
+
+def test_without_a_restart_or_with_an_explicit_ckpt_path_the_config_is_left_alone(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    cfg = compose_train(TINY, tmp_path)
+    resume_requeued(cfg)
+    assert cfg.ckpt_path is None  # first start: a fresh run, whose folder must be new
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    resume_requeued(cfg)
+    assert cfg.ckpt_path == "auto"
+    cfg.ckpt_path = "/some/where.ckpt"
+    resume_requeued(cfg)
+    assert cfg.ckpt_path == "/some/where.ckpt"
+
+
+def test_the_job_id_scontrol_takes(monkeypatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "101")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    assert slurm_job_id() == "101"
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "100")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    assert slurm_job_id() == "100_1"  # a task of a job array (submitit's sweeps)
+
+
+def test_unknown_signal_names_are_refused_when_built() -> None:
+    with pytest.raises(ValueError, match=r"signals: \['SIGBOGUS'\] are not signal names"):
+        SlurmRequeue(signals=["SIGUSR1", "SIGBOGUS"])
