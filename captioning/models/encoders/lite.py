@@ -47,8 +47,8 @@ class EfficientNetLiteEncoder(ImageEncoder):
         out_dim: int | None = None,
         variant: str = "lite0",
         fine_tune_from: str | int | None = None,
-        bn_eval: bool = False,
-        lr_scale: float = 1.0,
+        bn_eval: bool = True,
+        lr_scale: float = 0.1,
     ):
         super().__init__()
         if stage not in self.STAGES:

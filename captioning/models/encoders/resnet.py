@@ -33,8 +33,8 @@ class TorchvisionEncoder(ImageEncoder):
         grid_size: int = 14,
         fine_tune_from: str | int | None = None,
         out_dim: int | None = None,
-        bn_eval: bool = False,
-        lr_scale: float = 1.0,
+        bn_eval: bool = True,
+        lr_scale: float = 0.1,
     ):
         super().__init__()
         if arch not in RESNET_ARCHS:

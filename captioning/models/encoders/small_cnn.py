@@ -43,7 +43,7 @@ class SmallCNN(ImageEncoder):
     def __init__(
         self,
         out_dim: int = 128,
-        grid_size: int = 6,
+        grid_size: int = 12,
         width: int = 32,
         context_kernel: int = 3,
         centred: bool = False,
