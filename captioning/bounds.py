@@ -51,6 +51,9 @@ def AtLeast(low: float) -> Between:  # noqa: N802 - reads as a type in annotatio
 
 
 def _number(value: float | None) -> str:
+    """``0.5``, ``100``, ``1e-4`` (as the bound would be written in code)."""
+    if isinstance(value, float) and value and abs(value) < 1e-3:
+        return f"{value:.0e}".replace("e-0", "e-")
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

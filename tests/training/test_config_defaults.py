@@ -31,7 +31,9 @@ FILES = sorted(CONF.rglob("*.yaml"))
 OWN_VALUES: dict[str, dict[str, set[str]]] = {
     "data/synthetic.yaml": {"": {"eval_batch_size"}, "val": {"split"}, "test": {"split"}},
     **{
-        f"data/{name}.yaml": {"": {"image_size", "batch_size", "eval_batch_size", "num_workers", "min_word_count"}}
+        f"data/{name}.yaml": {
+            "": {"image_size", "batch_size", "eval_batch_size", "num_workers", "min_word_count"}
+        }
         for name in ("captions_json", "flickr8k")
     },
     "data/coco.yaml": {"": {"image_size", "num_workers", "min_word_count"}, "val": {"limit"}},
@@ -71,13 +73,17 @@ def differences(path: Path) -> list[str]:
             parameter = parameters.get(key)
             if key.startswith("_") or parameter is None or parameter.default is inspect.Parameter.empty:
                 continue  # a required argument (the config must give it), or one the node passes on
-            if isinstance(value, dict | list) or (isinstance(value, str) and ("${" in value or value == "???")):
+            if isinstance(value, dict | list) or (
+                isinstance(value, str) and ("${" in value or value == "???")
+            ):
                 continue  # another node (checked on its own), an interpolation, a value filled in later
             same = _plain(parameter.default) == value and type(parameter.default) is type(value)
             same = same or (type(value) in (int, float) and type(parameter.default) in (int, float)
                             and float(value) == float(parameter.default))  # fmt: skip
             if not same and key not in allowed:
-                found.append(f"{name} {where or '<top>'}.{key}: YAML {value!r} != {target}'s default {parameter.default!r}")
+                found.append(
+                    f"{name} {where or '<top>'}.{key}: YAML {value!r} != {target}'s default {parameter.default!r}"
+                )
     return found
 
 
@@ -90,7 +96,9 @@ def test_the_check_sees_a_disagreeing_default(tmp_path: Path) -> None:
     """The comparison itself: a soft-attention file with another attention_dim is reported, by name."""
     (tmp_path / "model").mkdir()
     bad = tmp_path / "model" / "additive.yaml"
-    bad.write_text("_target_: captioning.models.attention.soft.AdditiveAttention\n_partial_: true\nattention_dim: 512\n")
+    bad.write_text(
+        "_target_: captioning.models.attention.soft.AdditiveAttention\n_partial_: true\nattention_dim: 512\n"
+    )
     global CONF
     saved, CONF = CONF, tmp_path
     try:
