@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def test_every_field_is_a_flag_and_a_check_and_nothing_else() -> None:
-    assert DECODING_FLAGS == tuple(FIELDS) and set(OPTION_CHECKS) == set(FIELDS)
+    assert tuple(FIELDS) == DECODING_FLAGS and set(OPTION_CHECKS) == set(FIELDS)
     actions = {a.dest: a for a in _parser()._actions}
     for name, f in FIELDS.items():
         assert actions[name].option_strings == [flag(name)]
