@@ -10,7 +10,12 @@ command line's flags before torch is imported.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the names are, for readers and type checkers (loaded on first use below)
+    from captioning.decoding.captions import Caption, decode_captions
+    from captioning.decoding.config import GenerationConfig
+    from captioning.decoding.search import SearchOutput, beam_search, generate, greedy
 
 _WHERE = {
     "Caption": "captions",
@@ -21,7 +26,16 @@ _WHERE = {
     "generate": "search",
     "greedy": "search",
 }
-__all__ = sorted(_WHERE)
+__all__ = [
+    "Caption",
+    "GenerationConfig",
+    "SearchOutput",
+    "beam_search",
+    "decode_captions",
+    "generate",
+    "greedy",
+]
+assert sorted(__all__) == sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
