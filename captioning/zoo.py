@@ -10,7 +10,9 @@ A name resolves to a file, searched for (nothing is ever downloaded) in, first t
 2. the clone's ``docs/models/`` when the package runs from a clone (not from an installed wheel);
 3. ``~/.cache/captioning/models``.
 
-The file found is checked against the SHA-256 recorded here before anything reads it.
+The file found is checked against the SHA-256 recorded here before anything reads it, and the bytes checked
+are the bytes loaded. A name always means the zoo's model, also where a file of that name is in the current
+folder (``./NAME`` is that file).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,9 +158,20 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+# The bytes of each file resolve() checked, by path: the loader reads these (checkpoints/read.py), never the
+# file again, so a file swapped after the check is not what gets loaded. A zoo file is ~16 MB.
+_VERIFIED: dict[Path, bytes] = {}
+
+
+def verified_bytes(path: Path) -> bytes | None:
+    """The bytes of ``path`` whose SHA-256 :func:`resolve` checked, or None for a file it did not resolve."""
+    return _VERIFIED.get(Path(path).absolute())
+
+
 def resolve(name: str) -> Path:
     """The checked file of zoo model ``name``: ZooError (one line) when the name is unknown, the file is in
-    none of the folders searched, or its SHA-256 is not the recorded one."""
+    none of the folders searched, or its SHA-256 is not the recorded one. The file is read once: the bytes
+    hashed are the bytes loaded (:func:`verified_bytes`)."""
     model = lookup(name)
     path = find(name)
     if path is None:
@@ -166,13 +180,44 @@ def resolve(name: str) -> Path:
             f"model {name!r}: {model.file} is in none of {searched} (nothing is downloaded: copy it into "
             f"one of them, or point ${ENV} at its folder)"
         )
-    actual = sha256_of(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ZooError(f"model {name!r}: {path} cannot be read ({err.strerror or err})") from None
+    actual = hashlib.sha256(data).hexdigest()
     if actual != model.sha256:
         raise ZooError(
             f"model {name!r}: {path} has SHA-256 {actual[:16]}..., not the zoo's {model.sha256[:16]}... "
             "(a different or damaged file)"
         )
+    _VERIFIED[path.absolute()] = data
     return path
+
+
+def zoo_file(path: str | Path) -> str | None:
+    """The name of the zoo model whose file ``path`` is (in any folder searched), or None: a file the zoo
+    checks by SHA-256, which nothing may rewrite in place (it would no longer pass its own check)."""
+    try:
+        target = Path(path).resolve()
+    except OSError:
+        return None
+    for model in MODELS.values():
+        for folder in model_dirs():
+            candidate = folder / model.file
+            if candidate.exists() and candidate.resolve() == target:
+                return model.name
+    return None
+
+
+def refuse_zoo_write(path: str | Path, what: str) -> None:
+    """ZooError (one line, saying where to write instead) when ``path`` is a zoo model's file."""
+    name = zoo_file(path)
+    if name is not None:
+        copy = f"my_{MODELS[name].file}"
+        raise ZooError(
+            f"{what}: {path} is the file of zoo model {name!r}, checked by its SHA-256; rewritten, the name "
+            f"would be refused. Copy it first (cp {path} {copy}) and use the copy ({copy})"
+        )
 
 
 def looks_like_name(text: str) -> bool:
@@ -186,7 +231,13 @@ def looks_like_name(text: str) -> bool:
 def checkpoint_path(text: str) -> Path:
     """A ``--checkpoint`` value as a path: a zoo name resolves to its checked file, a name that is not in
     the zoo (and no file) is an error with the nearest names, anything else is a path as given."""
-    if text in MODELS and not Path(text).exists():
+    if text in MODELS:  # the zoo's model, also when a file of that name is here (./NAME loads that file)
+        if Path(text).exists():
+            print(
+                f"{text}: the zoo model (SHA-256 checked); the file {Path(text).absolute()} of the same name is "
+                f"not used (give ./{text} to load it)",
+                file=sys.stderr,
+            )
         return resolve(text)
     if looks_like_name(text):
         raise ZooError(f"no file {text!r}, and {unknown_name_message(text)}")

@@ -104,6 +104,13 @@ def configs_page() -> str:
         "rerank=consensus`); a folder of your own joins the search path with `--config-dir DIR` or "
         "`hydra.searchpath=[file://DIR]`.",
         "",
+        "A `_target_` may name only what the project allows (`captioning/config_safety.py`): the project's "
+        "models, data readers, training callbacks and schedules, torch's optimisers and layers, Lightning's "
+        "trainer, callbacks and loggers, the Hydra launchers. Your own package joins them with the top-level "
+        "setting `allowed_targets=[mylab]` (the standard library never can); anything else is refused in one "
+        "line naming the key and the target, before anything runs. Your YAML files are checked first too: at "
+        "most 1 MB each, no alias expansion past 100,000 values, no YAML tags.",
+        "",
         "## Primary configs",
         "",
     ]

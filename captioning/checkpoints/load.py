@@ -6,15 +6,12 @@ registry ``captioning.models.registry.MODEL_CLASSES``: a crafted checkpoint can 
 callable (``os.system``, or ``captioning.training.train.os.system``, which starts like a class of the
 package) nor a library object that is not a network part. Its sizes are bounded, its config holds no
 interpolation and its weights must be finite. Training checkpoints and weights-only exports
-(``export.py``) are read alike.
+(``export.py``) are read alike (reading the file's bytes: ``read.py``).
 """
 
 from __future__ import annotations
 
 import json
-import pickle
-import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +23,21 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
+from captioning.checkpoints.read import (  # noqa: F401 - importers of these names find them here too
+    FORMAT,
+    MAGIC_OFFSET,
+    CheckpointError,
+    check_checkpoint_file,
+    checkpoint_parts,
+    is_export,
+    net_state,
+    read_checkpoint,
+    read_export,
+    read_weights_and_meta,
+)
 from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
-from captioning.errors import UserError
 from captioning.models.caption_model import CaptionModel
 from captioning.models.registry import (
     MODEL_CLASSES,
@@ -39,17 +47,6 @@ from captioning.models.registry import (
     modernise_config,
     size_problem,
 )
-from captioning.writes import EXPORT_FORMAT
-
-FORMAT = EXPORT_FORMAT
-MAGIC_OFFSET = 8  # safetensors: an 8-byte header length, then the JSON header starting with "{"
-
-
-class CheckpointError(ValueError, UserError):
-    """A file that cannot be used as a captioning checkpoint, with the path and the reason (one line)."""
-
-    def __init__(self, message: object):
-        super().__init__(" ".join(str(message).split()))  # torch's multi-line reasons folded into one
 
 
 @dataclass
@@ -82,151 +79,6 @@ def _check_targets(node: Any, path: Path, where: str = "net_config") -> None:
     elif isinstance(node, list):
         for i, value in enumerate(node):
             _check_targets(value, path, f"{where}[{i}]")
-
-
-def _torch_load_reason(err: BaseException) -> str:
-    """The informative part of a torch.load error, minus torch's advice to retry with weights_only=False
-    (which would let the file run code, and is no cure for bytes that are not a checkpoint)."""
-    text = str(err)
-    if "WeightsUnpickler error:" in text:
-        text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
-    sentences = re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
-    advice = ("weights_only", "Check the documentation", "trusted source")  # torch's, about unpickling anyway
-    kept = [s for s in sentences if not any(a in s for a in advice)]
-    return " ".join(kept)[:300] or type(err).__name__
-
-
-def check_checkpoint_file(path: Path) -> None:
-    """A regular file, or a CheckpointError saying what the path is instead."""
-    if path.is_dir():
-        raise CheckpointError(f"{path}: is a folder, not a checkpoint file")
-    if path.exists() and not path.is_file():
-        raise CheckpointError(
-            f"{path}: is not a regular file (a pipe, device or socket); expected a checkpoint file"
-        )
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    if path.stat().st_size == 0:
-        raise CheckpointError(f"{path}: the file is empty (0 bytes); expected a checkpoint file")
-
-
-def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """``torch.load`` with weights_only=True, every failure turned into a CheckpointError naming the file."""
-    path = Path(path)
-    check_checkpoint_file(path)
-    try:
-        with warnings.catch_warnings():  # torch warns about legacy formats before refusing: one line is ours
-            warnings.simplefilter("ignore")
-            with open(path, "rb") as f:  # a file object: torch.load would pick a reader by the suffix
-                checkpoint = torch.load(f, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
-        # The weights-only unpickler names each callable it blocks as "GLOBAL module.name"; any other
-        # unpickling failure means the bytes are not a torch checkpoint at all.
-        blocked = re.search(r"GLOBAL ([\w.]+)", str(err))
-        if blocked is None:
-            reason = _torch_load_reason(err)
-            raise CheckpointError(
-                f"{path}: not a readable checkpoint (truncated or not a torch file?): {reason}"
-            ) from err
-        raise CheckpointError(
-            f"{path}: refused to load: it contains objects other than tensors and plain data (it would call "
-            f"{blocked.group(1)}). Checkpoints are read with weights_only=True so that loading one can never "
-            "run code; this file was not written by captioning-train, or was tampered with."
-        ) from err
-    except (
-        RuntimeError,
-        EOFError,
-        OSError,
-        ValueError,
-        IndexError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        RecursionError,
-        OverflowError,
-    ) as err:  # fmt: skip - what torch.load raises on bytes it cannot parse
-        raise CheckpointError(
-            f"{path}: not a readable checkpoint (truncated or not a torch file?): {_torch_load_reason(err)}"
-        ) from err
-    if not isinstance(checkpoint, dict) or CHECKPOINT_KEY not in checkpoint or "state_dict" not in checkpoint:
-        raise CheckpointError(
-            f"{path}: not a captioning checkpoint (expected 'state_dict' and a '{CHECKPOINT_KEY}' entry "
-            "with the vocabulary and network config, as written by captioning-train)"
-        )
-    if not isinstance(checkpoint["state_dict"], dict):
-        raise CheckpointError(
-            f"{path}: its 'state_dict' is a {type(checkpoint['state_dict']).__name__}, not a mapping"
-        )
-    return checkpoint
-
-
-def net_state(checkpoint: dict) -> dict:
-    """The CaptionModel's tensors of a Lightning checkpoint (its ``net.`` entries, prefix removed)."""
-    return {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
-
-
-def read_weights_and_meta(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
-    """(the network's state dict, the plain-data entry) of a training checkpoint or a weights-only export."""
-    path = Path(path)
-    if path.is_file() and is_export(path):
-        return read_export(path, map_location)
-    return checkpoint_parts(read_checkpoint(path, map_location), path)
-
-
-def is_export(path: Path) -> bool:
-    """A safetensors file: by its header's shape, or by suffix unless the bytes are a torch checkpoint
-    (a zip archive or a pickle: a training checkpoint renamed ``.safetensors`` still loads as one)."""
-    with open(path, "rb") as f:
-        head = f.read(MAGIC_OFFSET + 1)
-    if len(head) == MAGIC_OFFSET + 1 and head[MAGIC_OFFSET : MAGIC_OFFSET + 1] == b"{":
-        return True  # an 8-byte header length, then the JSON header (checked before the pickle byte below:
-        # the length's low byte may be 0x80 too)
-    if head[:4] == b"PK\x03\x04" or head[:1] == b"\x80":  # torch's zip format, a legacy pickle
-        return False
-    return path.suffix == ".safetensors"
-
-
-def read_export(path: Path, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
-    """(state dict in float32, the plain-data entry) of an export; any failure is a CheckpointError."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt", device=str(map_location)) as f:
-            metadata = f.metadata() or {}
-            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(
-            f"{path}: not a readable safetensors export: {' '.join(str(err).split())[:200]}"
-        ) from err
-    if metadata.get("format") != FORMAT or CHECKPOINT_KEY not in metadata:
-        raise CheckpointError(
-            f"{path}: a safetensors file, but not a captioning export (expected header format {FORMAT!r}, "
-            f"as written by `captioning export`)"
-        )
-    try:
-        meta = json.loads(metadata[CHECKPOINT_KEY])
-    except (json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested thousands deep
-        reason = err if isinstance(err, json.JSONDecodeError) else "nested too deeply"
-        raise CheckpointError(
-            f"{path}: the export's '{CHECKPOINT_KEY}' header is not JSON: {reason}"
-        ) from err
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{path}: the export's '{CHECKPOINT_KEY}' header is not a mapping")
-    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}  # fp16 exports
-    return state, meta
-
-
-def checkpoint_parts(checkpoint: dict, path: Path) -> tuple[dict, dict]:
-    """(the network's state dict, the plain-data entry) of a checkpoint ``read_checkpoint`` returned."""
-    meta = checkpoint[CHECKPOINT_KEY]
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{path}: the '{CHECKPOINT_KEY}' entry is not a mapping")
-    stray = [k for k in checkpoint["state_dict"] if not str(k).startswith("net.")]
-    if stray:  # the LightningModule holds the network only: anything else was added to the file
-        raise CheckpointError(
-            f"{path}: state_dict entry {stray[0]!r} is not part of the network (expected 'net.' entries only)"
-        )
-    return net_state(checkpoint), meta
 
 
 MAX_CONFIG_CHARS = 100_000  # a network config is a few hundred lines at most

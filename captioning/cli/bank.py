@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import load_captioner
     from captioning.config import compose_config
     from captioning.errors import one_line, user_errors
-    from captioning.inference.evaluation import build_caption_bank, build_source, frozen_feature_cache
+    from captioning.inference.evaluation import build_source
+    from captioning.inference.split_decoding import build_caption_bank, frozen_feature_cache
     from captioning.training.validate import check_eval_config
     from captioning.writes import BANK, output
 

@@ -30,6 +30,16 @@ def _printable(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
+def nbest_lines(result) -> list[str]:
+    """The n-best list (or the samples) under an image's line, best first: a tab, then ``k. caption
+    (score S)``, so a line starting with a tab is never an image's; none for a single caption."""
+    if len(result.candidates) < 2:
+        return []
+    return [
+        f"\t{k}. {_printable(c.caption)}  (score {c.score:.3f})" for k, c in enumerate(result.candidates, 1)
+    ]
+
+
 def check_overlay_target(
     out: Path, inputs: list[Path], overlays: list[Path], folder: bool = False
 ) -> str | None:
@@ -160,12 +170,9 @@ def overlay_paths(out: Path, names: list[str], folder: bool = False) -> list[Pat
 
 
 def run(args: argparse.Namespace) -> int:
-    from PIL import Image
-
     from captioning.checkpoints.load import CheckpointError
-    from captioning.data.images import ImageError, image_to_tensor, load_rgb
     from captioning.decoding.config import check_option
-    from captioning.inference.captioner import BrokenOutput, Captioner, is_synthetic_scene, synthetic_note
+    from captioning.inference.captioner import Captioner
 
     err = lambda message: print(f"error: {message}", file=sys.stderr)  # noqa: E731
     if args.seed is not None and not 0 <= args.seed < 2**63:
@@ -207,71 +214,42 @@ def run(args: argparse.Namespace) -> int:
         err(problem)
         return 2
     failures = {"images": len(empty), "overlays": 0}
-    noted: list[bool] = []  # the synthetic-scene note, printed once
+    fed: list[int] = []  # the position in paths of each path given to the captioner
 
-    def readable():  # streamed: each image is read when its batch is decoded, then released
+    def files():  # a folder that expand_inputs found no image in is named here; the rest are read by the API
         for i, path in enumerate(paths):
-            if _is_dir(path):  # a folder that expand_inputs found no image in
+            if _is_dir(path):
                 err(
-                    f"{path}: is a folder, not an image file, and holds no image files (looked for {', '.join(sorted(IMAGE_SUFFIXES))})"
+                    f"{_printable(str(path))}: is a folder, not an image file, and holds no image files "
+                    f"(looked for {', '.join(sorted(IMAGE_SUFFIXES))})"
                 )
                 failures["images"] += 1
                 continue
-            try:
-                image = load_rgb(path)
-            except ImageError as e:
-                err(e)
-                failures["images"] += 1
-                continue
-            except OSError as e:  # a name the system cannot look up at all (ENAMETOOLONG, ...)
-                err(f"{_printable(str(path))}: cannot be opened: {e.strerror or e}")
-                failures["images"] += 1
-                continue
-            if model.trained_on == "synthetic" and not noted and not is_synthetic_scene(image):
-                print(f"note: {synthetic_note(args.checkpoint[0])}", file=sys.stderr)
-                noted.append(True)
-            # Only the model's input (S x S) and, for an overlay, a copy of at most OVERLAY_SIDE px are
-            # kept until the batch is decoded: a camera photo's full decode is released at once.
-            tensor = image_to_tensor(image, model.image_size)  # exactly what the API would feed the model
-            if overlays:
-                image.thumbnail((OVERLAY_SIDE, OVERLAY_SIDE), Image.Resampling.BICUBIC)
-            yield i, (tensor, image if overlays else None)
-            del image
+            fed.append(i)
+            yield path
 
-    stream = progress.track(readable(), "captioning", total=len(paths))  # captioning/progress.py
-    while True:
-        batch = [item for _, item in zip(range(args.batch_size), stream)]
-        if not batch:
-            break
-        try:
-            results = model.caption(
-                [tensor for _, (tensor, _) in batch],
-                batch_size=args.batch_size, seed=args.seed, reranker=reranker, **options,
-            )  # fmt: skip
-        except BrokenOutput as e:  # broken weights: NaN scores or nothing but empty captions, every image
-            for i, _ in batch:
-                err(f"{_printable(str(paths[i]))}: {e.reason}")
-            failures["images"] += len(batch)
+    # The paths themselves go to the API, streamed (captioning/progress.py counts them as they are read):
+    # each batch is read, decoded by the one batch decoder and released before the next is read.
+    nbest = (options.get("num_return_sequences") or 1) > 1  # the plain output lists them when asked for
+    batches = model.iter_batches(
+        progress.track(files(), "captioning", total=len(paths)), batch_size=args.batch_size, seed=args.seed,
+        reranker=reranker, overlay_side=OVERLAY_SIDE if overlays else None, **options,
+    )  # fmt: skip
+    for batch in batches:
+        if batch.note:
+            print(f"note: {batch.note}", file=sys.stderr)
+        for _, name, reason in batch.failures:
+            err(f"{_printable(name)}: {reason}")
+        failures["images"] += len(batch.failures)
+        if batch.broken is not None:  # broken weights: NaN scores or nothing but empty captions
+            for name in batch.names:
+                err(f"{_printable(name)}: {batch.broken.reason}")
+            failures["images"] += len(batch.names)
             continue
-        for (i, (_, image)), result in zip(batch, results):
-            result.image = str(paths[i])
-            written = None
-            if overlays:  # an unwritable path loses no caption: the line is printed either way
-                try:
-                    result.overlay(image, overlays[i])
-                    written = overlays[i]
-                except (OSError, ValueError) as e:
-                    err(f"{overlays[i]}: cannot write the overlay: {getattr(e, 'strerror', None) or e}")
-                    failures["overlays"] += 1
-            if args.json:
-                record = result.to_json()
-                if written:
-                    record["overlay"] = str(written)
-                print(json.dumps(record), flush=True)
-            else:
-                extra = f"\t(overlay: {_printable(str(written))})" if written else ""
-                print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
-        del batch, results
+        pictures = batch.pictures or [None] * len(batch.results)
+        for k, result, picture in zip(batch.indices, batch.results, pictures):
+            _report(result, picture, overlays[fed[k]] if overlays else None, args.json, failures, nbest)
+        del batch
     if failures["overlays"]:
         print(f"{failures['overlays']} overlays could not be written", file=sys.stderr)
     if failures["images"]:
@@ -279,3 +257,32 @@ def run(args: argparse.Namespace) -> int:
     if failures["images"] == len(paths) + len(empty):
         return 2  # nothing could be captioned
     return 1 if any(failures.values()) else 0
+
+
+def _report(
+    result, picture, overlay: Path | None, as_json: bool, failures: dict[str, int], nbest: bool = False
+) -> None:
+    """One image's line (or JSON object) on stdout, after its overlay is written: an unwritable overlay
+    loses no caption (the line is printed either way, without the overlay); with ``nbest``, the plain
+    output's n-best list under it (:func:`nbest_lines`)."""
+    written = None
+    if overlay is not None:
+        try:
+            result.overlay(picture, overlay)
+            written = overlay
+        except (OSError, ValueError) as e:
+            print(
+                f"error: {overlay}: cannot write the overlay: {getattr(e, 'strerror', None) or e}",
+                file=sys.stderr,
+            )
+            failures["overlays"] += 1
+    if as_json:
+        record = result.to_json()
+        if written:
+            record["overlay"] = str(written)
+        print(json.dumps(record), flush=True)
+    else:
+        extra = f"\t(overlay: {_printable(str(written))})" if written else ""
+        print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
+        for line in nbest_lines(result) if nbest else []:  # asked for: shown, not only in --json
+            print(line, flush=True)

@@ -83,7 +83,7 @@ def infer_data(checkpoints: list[Path]) -> str:
     an ensemble's members share the vocabulary); a ValueError naming the data configs otherwise."""
     from captioning.checkpoints.load import read_weights_and_meta
     from captioning.config import CONFIG_DIR
-    from captioning.inference.evaluation import trained_data
+    from captioning.inference.trained_on import trained_data
 
     available = sorted(p.stem for p in (Path(CONFIG_DIR) / "data").glob("*.yaml"))
     _, meta = read_weights_and_meta(checkpoints[0])
@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--out-dir {args.out_dir}: is a file; expected a folder for results.json and scores.json"
             )
-        if args.out_dir is not None:  # before the decoding: results.json a folder, a model file ...
-            evaluation_outputs(args.out_dir, args.checkpoint)
+        if args.out_dir is not None:  # before the decoding: a read-only folder, results.json a model file ...
+            evaluation_outputs(args.out_dir, args.checkpoint, check_folder=True)
         from captioning.inference.captioner import resolve_device
 
         resolve_device(cfg.device)  # a bad device= is one line naming it, before any work

@@ -81,6 +81,13 @@ def main(argv: list[str] | None = None) -> int:
             os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
         )  # Python's exit flush would raise again
         return 141  # 128 + SIGPIPE
+    except Exception as err:  # a user's mistake a command did not report itself: one line; a bug keeps
+        from captioning.errors import is_user_error, one_line  # its traceback
+
+        if not is_user_error(err):
+            raise
+        print(f"captioning {args.command}: error: {one_line(err)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from pathlib import Path
 from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
 from captioning.cli.runtime import checkpoint_arg, path_arg
 from captioning.writes import Output, output, replaceable_in_place
+from captioning.zoo import refuse_zoo_write
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -109,6 +110,7 @@ def _check_outputs(args: argparse.Namespace, default_out: Path) -> tuple[Output,
         )
     if not args.write:
         return out, None
+    refuse_zoo_write(args.checkpoint[0], "--write")  # a zoo file: its own SHA-256 check would refuse it
     if not args.checkpoint[0].exists():  # loading it names what is wrong
         return out, args.checkpoint[0]
     return out, replaceable_in_place(args.checkpoint[0], "the checkpoint", flag="--write: --checkpoint")
@@ -121,12 +123,12 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.defaults import write_decoding_defaults
     from captioning.checkpoints.ensemble import load_captioners, members_label, members_stem
     from captioning.config import compose_config
-    from captioning.data.features import FeatureCache
     from captioning.decoding.captions import BrokenOutput
     from captioning.decoding.config import GenerationConfig, check_option
     from captioning.decoding.search import hard_attention_layers
     from captioning.errors import one_line, user_errors
-    from captioning.inference.evaluation import build_source, decode_source
+    from captioning.inference.evaluation import build_source
+    from captioning.inference.split_decoding import decode_source, frozen_feature_cache
     from captioning.inference.tuning import SplitScorer, best, grid, held_out, score_setting
     from captioning.training.validate import check_eval_config
 
@@ -158,9 +160,7 @@ def run(args: argparse.Namespace) -> int:
                 f"--hard-attention: {label} has no hard attention to decode either way (soft "
                 "attention reads the expected context already)"
             )
-        encoder = model.net.encoder
-        frozen = not any(p.requires_grad for p in encoder.parameters())
-        cache = FeatureCache(encoder, cfg.paths.cache) if cfg.feature_cache and frozen else None
+        cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
     except (*user_errors(), ValueError) as err:
         print(f"captioning tune: error: {one_line(err)}", file=sys.stderr)
         return 2

@@ -93,10 +93,14 @@ class SyntheticSource(CaptionSource):
 
 
 class RecordSource(CaptionSource):
-    """Images on disk described by reader records (COCO, Karpathy split, Flickr8k)."""
+    """Images on disk described by reader records (COCO, Karpathy split, Flickr8k, your own files).
 
-    def __init__(self, records: Sequence, limit: int | None = None):
-        self.records = list(records)[:limit] if limit else list(records)
+    ``num_images``: only the first that many records (None: all), the knob every source shares, so that
+    ``data.train.num_images=24`` (and ``debug=tiny``) shrinks any data set, photos or synthetic scenes."""
+
+    def __init__(self, records: Sequence, num_images: Annotated[int, AtLeast(1)] | None = None):
+        check_bounds("", RecordSource, locals())  # the bound in the signature above
+        self.records = list(records)[:num_images]
         if not self.records:
             raise ValueError("the data set is empty: the reader returned no records")
 
@@ -117,9 +121,10 @@ class MissingSplit(CaptionSource):
     """A split the data set does not have: any use raises one DatasetError saying why and what exists.
 
     Configs name it instead of aliasing another split, so that ``split=test`` can never score the dev
-    images under the label ``test``."""
+    images under the label ``test``. ``num_images`` is accepted (and unused: there are none) so that
+    ``data.test.num_images=8`` shrinks every data config alike."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, num_images: int | None = None):
         self.reason = reason
 
     def _refuse(self, *args):
@@ -128,12 +133,13 @@ class MissingSplit(CaptionSource):
     __len__ = image = captions = image_id = _refuse
 
 
-def flickr8k_split(root: str, split: str) -> CaptionSource:
-    """Flickr8k's ``split`` when its split list is in ``root``, else a :class:`MissingSplit` naming the split
-    lists found (the test list is not part of every copy: ``../shared/data/flickr8k`` has train and dev)."""
+def flickr8k_split(root: str, split: str, num_images: int | None = None) -> CaptionSource:
+    """Flickr8k's ``split`` (its first ``num_images``) when its split list is in ``root``, else a
+    :class:`MissingSplit` naming the split lists found (the test list is not part of every copy:
+    ``../shared/data/flickr8k`` has train and dev)."""
     path = Path(root) / FLICKR8K_SPLIT_FILES[split]
     if path.is_file():
-        return RecordSource(read_flickr8k(root, split))
+        return RecordSource(read_flickr8k(root, split), num_images)
     found = sorted(p.name for p in Path(root).glob("Flickr_8k.*Images.txt")) if Path(root).is_dir() else []
     return MissingSplit(
         f"{path}: not found, so this Flickr8k copy has no {split!r} split (split lists found: "

@@ -10,6 +10,7 @@
 | ``no_repeat_ngram_size`` | no n-gram of this size occurs twice in a caption (0 = off) |
 | ``repetition_penalty`` | CTRL's penalty on the logits of words already generated (1.0 = off) |
 | ``max_new_tokens`` | the most tokens generated, ``<end>`` included |
+| ``allow_unk`` | let ``<unk>`` (a word rarer than the vocabulary's cut-off) be generated; off by default: its log-probability is masked in every strategy, as HF's ``bad_words_ids`` does |
 | ``hard_attention`` | hard-attention decoders only: ``"cell"`` reads the most likely cell a_{argmax α}; ``"expected"`` the expected context Σ_i α_i a_i, as the authors' code decodes its stochastic-attention models (arctic-captions ``capgen.py``: ``alpha_sample = alpha`` when not sampling). Soft attention is the expectation already |
 
 Differences from HF's defaults, both deliberate: ``length_penalty`` defaults to 0 (our beam search keeps
@@ -57,6 +58,9 @@ class GenerationConfig:
         1.0, "CTRL penalty (1.0 = off)", Between(0, 100, low_open=True), note="(1.0 = off)"
     )
     max_new_tokens: int = option(20, "the most tokens generated", Between(1, 1000))
+    allow_unk: bool = option(
+        False, "let <unk> be generated (default: masked, as HF's bad_words_ids; printed captions drop it)"
+    )
     hard_attention: str = option(
         "cell",
         "hard-attention models: read the most likely cell, or the expected context Σ α_i a_i "

@@ -1,6 +1,7 @@
 """What shapes each step's next-token distribution, as HF's logits processors and warpers do.
 
 *Processors* define the distribution that is searched and scored: <pad>/<start> are never generated,
+nor <unk> unless ``allow_unk`` (HF's ``bad_words_ids``: a caption would print with a hole where it was),
 CTRL's repetition penalty, n-gram blocking. ``token_log_probs`` and ``score`` are log-probabilities of this
 processed distribution (equal to the model's own when no processor is on). *Warpers* (temperature,
 top-k, top-p) only shape what sampling draws from; the drawn token is scored under the processed
@@ -49,6 +50,8 @@ def processed_log_probs(logits: Tensor, history: Tensor, cfg: GenerationConfig) 
     logp = torch.log_softmax(logits, dim=-1)
     logp[:, Vocab.pad_id] = float("-inf")  # not words: <pad> is never a target, <start> never follows
     logp[:, Vocab.start_id] = float("-inf")
+    if not cfg.allow_unk:  # masked, not renormalised: as HF's processors do on the log-softmax scores
+        logp[:, Vocab.unk_id] = float("-inf")
     if cfg.no_repeat_ngram_size:
         logp = logp.masked_fill(
             banned_ngram_mask(history, cfg.no_repeat_ngram_size, logp.shape[-1]), float("-inf")

@@ -109,7 +109,7 @@ class CaptionBank:
         Written atomically through ``captioning.writes``: never over a checkpoint, an export, a folder
         or a device (an earlier bank is replaced); an ``Output`` from the caller adds its own checks
         (the command's inputs)."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save as serialise
 
         out = path if isinstance(path, Output) else output(path, "the caption bank", kind=BANK)
         if self.encoder is None:  # ``load`` would refuse the file: nothing could check the queries
@@ -119,8 +119,11 @@ class CaptionBank:
             )
         meta = {"captions": self.captions, "image_ids": self.image_ids, "encoder": self.encoder}
         header = {BANK_KEY: json.dumps(meta)}
-        with out.replacing() as temp:
-            save_file({"vectors": self.vectors.half().contiguous()}, str(temp), header)
+        data = serialise({"vectors": self.vectors.half().contiguous()}, header)  # bytes: no I/O yet
+        # written by Python, whose OSError (a full disk) names the file; safetensors' own writer reports
+        # it as a SafetensorError without a path
+        with out.replacing() as temp, open(temp, "xb") as f:
+            f.write(data)
 
     @classmethod
     def load(cls, path: str | Path) -> CaptionBank:

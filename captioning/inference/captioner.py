@@ -26,121 +26,35 @@ synthetic scene: it can only describe coloured shapes.
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from PIL import Image
-from torch import Tensor
 
 from captioning.checkpoints.ensemble import load_captioners
 from captioning.checkpoints.load import LoadedCheckpoint
 from captioning.data.images import image_to_tensor
-from captioning.decoding import GenerationConfig, decode_captions
+from captioning.decoding import GenerationConfig
 from captioning.decoding.captions import (  # noqa: F401 - the errors for callers
     BrokenOutput,
-    Caption,
     EmptyCaptions,
     NonFiniteScores,
-    check_finite,
-    check_not_all_empty,
 )
-from captioning.decoding.search import hard_attention_layers
 from captioning.hashing import encoder_identity
+from captioning.inference.batch_decoder import BatchDecoder
 from captioning.inference.consensus import ConsensusReranker
 from captioning.inference.image_inputs import SINGLE, ImageInput, as_pil, failure_reason, input_name
-
-
-@dataclass
-class CaptionResult:
-    """One image's caption. ``attention`` is (T, H, W): row t is the map that produced word t."""
-
-    caption: str
-    tokens: list[str]
-    attention: np.ndarray  # (T, H, W) float32
-    token_log_probs: list[float]  # one per generated token, <end> included when emitted
-    score: float  # log_prob / length ** length_penalty, the ranking score
-    log_prob: float
-    image: str = ""  # the path, or "<input i>" for in-memory images
-    attention_label: str = ""  # what the attention map is (the decoder's attention_map_label), for overlays
-    candidates: list[CaptionResult] = field(default_factory=list, repr=False)  # the n-best list, best first
-
-    def to_json(self) -> dict[str, Any]:
-        t, h, w = self.attention.shape
-        out = {
-            "image": self.image,
-            "caption": self.caption,
-            "tokens": self.tokens,
-            "grid": [h, w],
-            "attention": self.attention.reshape(t, h * w).tolist(),  # rows align with tokens
-            "token_log_probs": self.token_log_probs,
-            "score": self.score,
-        }
-        if len(self.candidates) > 1:
-            out["candidates"] = [{"caption": c.caption, "score": c.score} for c in self.candidates]
-        return out
-
-    def overlay(self, image: ImageInput, path: str | Path | None = None, **options) -> Image.Image:
-        """The attention overlay (``captioning.inference.viz.render_overlay``: one colour scale for the
-        caption, ``scale="word"`` for per-word scaling), labelled with what the map is (the decoder's
-        ``attention_map_label``); also saved when ``path`` is given (its suffix names the format), through
-        captioning/writes.py: never over the captioned image, a model file or a device, whole or not at all."""
-        from captioning.inference.viz import render_overlay
-        from captioning.writes import output
-
-        t, h, w = self.attention.shape
-        options.setdefault("subtitle", self.attention_label or None)
-        picture = render_overlay(
-            as_pil(image), self.tokens, self.attention.reshape(t, h * w), (h, w),
-            caption=self.caption, score=self.score, **options,
-        )  # fmt: skip
-        if path is not None:
-            if not isinstance(path, str | Path) or not str(path).strip():
-                raise TypeError(f"overlay: path={path!r}; expected the path of the image file to write")
-            path = Path(path)
-            image_format = Image.registered_extensions().get(path.suffix.lower())
-            if image_format is None:
-                raise ValueError(
-                    f"{path}: {path.suffix or 'no suffix'} is not an image format; expected e.g. .png or .jpg"
-                )
-            sources = [p for p in (image, self.image) if isinstance(p, str | Path) and str(p).strip()]
-            out = output(path, "the attention overlay", inputs=dict.fromkeys(sources, "the captioned image"))
-            with out.replacing() as temp:
-                picture.save(temp, format=image_format)
-        return picture
-
-
-ON_ERROR = ("raise", "skip")
-
-
-class ImageInputError(ValueError):
-    """Inputs that could not be captioned; the others were. ``failures``: (index, name, reason) of each
-    bad input; ``results``: the good inputs' results in input order (filled by ``Captioner.caption``;
-    empty from ``iter_captions``, whose results were already yielded)."""
-
-    def __init__(self, failures: list[tuple[int, str, str]]):
-        self.failures, self.results = failures, []
-        shown = "; ".join(f"{name}: {reason}" for _, name, reason in failures)
-        super().__init__(
-            f"{len(failures)} input{'s' if len(failures) > 1 else ''} could not be captioned (the others "
-            f"were: see .results): {shown}"
-            if len(failures) > 1
-            else shown
-        )
-
-
-HIDDEN_WORDS = frozenset({"<unk>"})  # kept in tokens, not shown in the caption
-
-
-def display_caption(words: Sequence[str]) -> str:
-    """The caption shown to people: the words joined, ``<unk>`` left out (it is in the tokens)."""
-    return " ".join(w for w in words if w not in HIDDEN_WORDS)
+from captioning.inference.results import (  # noqa: F401 - what the API returns, importable from here
+    ON_ERROR,
+    CaptionedBatch,
+    CaptionResult,
+    ImageInputError,
+    display_caption,
+)
+from captioning.inference.trained_on import trained_data
 
 
 def synthetic_note(path: object) -> str:
@@ -180,9 +94,7 @@ class Captioner:
         self.net, self.vocab = loaded.net, loaded.vocab
         self.decoding = GenerationConfig.from_dict(loaded.decoding)
         self.image_size, self.path, self.provenance = loaded.image_size, loaded.path, loaded.provenance
-        self.bf16 = bf16
-        from captioning.inference.evaluation import trained_data
-
+        self.decoder = BatchDecoder.of(loaded, bf16)  # the one batch decoder, shared with evaluate and tune
         # "synthetic" (recorded, or a vocabulary of synthetic-scene words only), a recorded data name, or None
         meta = {"vocab": {"itos": self.vocab.itos}, "provenance": self.provenance}
         self.trained_on = trained_data(meta, strict=True)
@@ -216,6 +128,11 @@ class Captioner:
         return cls.from_checkpoint(resolve(name), device=device, bf16=bf16)
 
     @property
+    def bf16(self) -> bool:
+        """Whether batches decode under bfloat16 autocast."""
+        return self.decoder.bf16
+
+    @property
     def grid(self) -> tuple[int, int]:
         return self.net.grid_size, self.net.grid_size
 
@@ -228,13 +145,7 @@ class Captioner:
         """The checkpoint's decoding defaults with ``options`` (HF names) changed. ``hard_attention`` is
         refused for a model none of whose attention layers chooses a cell (soft attention): it would
         change nothing."""
-        context = options.get("hard_attention")
-        if context is not None and not hard_attention_layers(self.net.decoder):
-            raise ValueError(
-                f"{self.path}: hard_attention={context!r}: this model's attention is soft (no layer chooses "
-                "one cell), so the option would change nothing; it applies to hard-attention models only"
-            )
-        return self.decoding.replace(**options)
+        return self.decoder.generation_config(self.decoding, options)
 
     def caption(
         self, images: ImageInput | Iterable[ImageInput], on_error: str = "raise", **kwargs: Any
@@ -252,22 +163,47 @@ class Captioner:
         return results
 
     def iter_captions(
+        self, images: ImageInput | Iterable[ImageInput], on_error: str = "raise", **kwargs: Any
+    ) -> Iterator[CaptionResult]:
+        """Results batch by batch (streamed): :meth:`iter_batches` (same arguments) one result at a time.
+        ``on_error``: what an unreadable input does once every good one is yielded: "raise" one
+        :class:`ImageInputError` naming them all, or "skip" them with a warning each. A batch the network
+        captions nothing for raises its :class:`BrokenOutput`."""
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
+        failures: list[tuple[int, str, str]] = []
+        for batch in self.iter_batches(images, **kwargs):
+            if batch.note:
+                warnings.warn(batch.note, stacklevel=2)
+            failures += batch.failures
+            if batch.broken is not None:
+                raise batch.broken
+            yield from batch.results
+        if failures and on_error == "raise":
+            raise ImageInputError(failures)
+        for _, name, reason in failures:
+            warnings.warn(f"{name}: skipped: {reason}", stacklevel=2)
+
+    def iter_batches(
         self,
         images: ImageInput | Iterable[ImageInput],
         batch_size: int = 16,
         seed: int | None = None,
         generator: torch.Generator | None = None,
         reranker: ConsensusReranker | None = None,
-        on_error: str = "raise",
+        overlay_side: int | None = None,
         **options: Any,
-    ) -> Iterator[CaptionResult]:
-        """Results batch by batch (streamed). ``options``: HF ``generate`` names (unset: the checkpoint's);
-        ``seed`` or a ``generator`` (not both) make sampling repeatable. With a ``reranker``
-        (``captioning.inference.consensus``), each caption is the candidate its vote keeps (the beams use
-        ``options``, except what the reranker sets itself: ``RerankConfig.check_decoding``; ``candidates``
-        then lists every distinct candidate). ``on_error``: what an unreadable input does once every good
-        one is yielded: "raise" one :class:`ImageInputError` naming them all, or "skip" them with a warning
-        each."""
+    ) -> Iterator[CaptionedBatch]:
+        """The images read and decoded ``batch_size`` readable ones at a time (each batch released before
+        the next is read), one :class:`CaptionedBatch` each: its results, the inputs that could not be
+        read, and a broken network's error instead of results (the next batch is still decoded: a caller
+        that reports per batch, like ``captioning caption``, goes on). ``options``: HF ``generate`` names
+        (unset: the checkpoint's); ``seed`` or a ``generator`` (not both) make sampling repeatable (one
+        generator for the whole stream). With a ``reranker`` (``captioning.inference.consensus``), each
+        caption is the candidate its vote keeps (the beams use ``options``, except what the reranker sets
+        itself: ``RerankConfig.check_decoding``; ``candidates`` then lists every distinct candidate).
+        ``overlay_side``: also keep each image, shrunk to fit that many pixels, in ``pictures`` (for
+        overlays). Every batch goes through the one :class:`BatchDecoder`."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: expected an integer >= 1")
         if seed is not None and (
@@ -279,8 +215,6 @@ class Captioner:
                 f"seed={seed} and a generator given together: the generator's state would decide and the "
                 "seed be ignored; pass one of them"
             )
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
         if reranker is not None:  # what the reranker sets itself, named before the options are combined
             reranker.config.check_decoding(options)
         config = self.generation_config(**options)
@@ -293,79 +227,67 @@ class Captioner:
                 f"cannot caption a {type(images).__name__}: give a path, PIL image, tensor, array, binary "
                 "file or image bytes, or a list of them"
             )
-        stream = iter([images] if isinstance(images, SINGLE) else images)
-        failures: list[tuple[int, str, str]] = []
-        for start in itertools.count(0, batch_size):
-            chunk = list(itertools.islice(stream, batch_size))
-            if not chunk:
+        stream = enumerate([images] if isinstance(images, SINGLE) else images)
+        while True:
+            batch = self._read_batch(stream, batch_size, overlay_side)
+            if batch is None:
                 break
-            with torch.no_grad():  # not around the yield: the caller's code between items keeps its grad mode
-                results = self._caption_batch(chunk, start, config, generator, reranker, failures)
-            yield from results
-        if failures and on_error == "raise":
-            raise ImageInputError(failures)
-        for _, name, reason in failures:
-            warnings.warn(f"{name}: skipped: {reason}", stacklevel=2)
+            if batch.indices:
+                try:  # no_grad inside decode, not around the yield: the caller's code keeps its grad mode
+                    batch.results = self._decode(batch, config, generator, reranker)
+                except BrokenOutput as err:
+                    batch.broken = err
+            batch.tensors = []  # released: the caller holds a batch's results, not its model inputs
+            yield batch
 
-    def _note_synthetic(self) -> None:
-        """Warn once that a synthetic-scene model is captioning a user's photo."""
+    def _read_batch(
+        self, stream: Iterator, batch_size: int, overlay_side: int | None
+    ) -> CaptionedBatch | None:
+        """Up to ``batch_size`` readable inputs of ``stream`` as model inputs (S x S), each unreadable one
+        named in ``failures``; None once the stream is exhausted."""
+        batch, read_any = CaptionedBatch(), False
+        for index, image in stream:
+            read_any = True
+            name = input_name(image, index)
+            try:
+                picture = as_pil(image)
+                batch.tensors.append(image_to_tensor(picture, self.image_size))  # (3, S, S)
+            except (ValueError, TypeError, OSError) as err:  # one bad input: named, the others captioned
+                batch.failures.append((index, name, failure_reason(err, name)))
+                continue
+            batch.indices.append(index)
+            batch.names.append(name)
+            if isinstance(image, str | Path) and not is_synthetic_scene(picture):
+                batch.note = batch.note or self._synthetic_note()
+            if overlay_side is not None:  # a photo's full decode is released at once, a copy kept
+                picture.thumbnail((overlay_side, overlay_side), Image.Resampling.BICUBIC)
+                batch.pictures.append(picture)
+            del picture
+            if len(batch.indices) == batch_size:
+                break
+        return batch if read_any else None
+
+    def _synthetic_note(self) -> str | None:
+        """The note that a synthetic-scene model captions a user's photo, once per model."""
         if self.trained_on == "synthetic" and not self._noted_synthetic:
             self._noted_synthetic = True
-            warnings.warn(synthetic_note(self.path), stacklevel=4)
+            return synthetic_note(self.path)
+        return None
 
     @property
     def encoder_identity(self) -> dict:
         """What the encoder's grids depend on (``captioning.data.features.encoder_identity``)."""
         return encoder_identity(self.net.encoder, self.image_size)
 
-    def _reranked(
-        self, batch: Tensor, config: GenerationConfig, reranker: ConsensusReranker, names: list[str]
-    ) -> list[list[Caption]]:
-        """Per image: the caption the reranker keeps, then its other distinct candidates in their order."""
-        grids = self.net.encode(batch)  # (B, L, D)
-        options = reranker.candidates(self.net.decoder, grids, self.vocab, config)
-        for name, image_options in zip(names, options):
-            check_finite(image_options, name, self.path)  # a broken model's candidates are never voted on
-        out = []
-        for kept, image_options in zip(reranker.choose(options, grids), options):
-            distinct = {" ".join(kept.words): kept}
-            for c in image_options:
-                distinct.setdefault(" ".join(c.words), c)
-            out.append(list(distinct.values()))
-        return out
-
-    def _caption_batch(
-        self, chunk: list, start: int, config: GenerationConfig, generator, reranker=None, failures=None
+    def _decode(
+        self, batch: CaptionedBatch, config: GenerationConfig, generator, reranker
     ) -> list[CaptionResult]:
-        tensors, names = [], []
-        for i, image in enumerate(chunk):  # released after the batch
-            name = input_name(image, start + i)
-            try:
-                picture = as_pil(image)
-                tensors.append(image_to_tensor(picture, self.image_size))
-                names.append(name)
-                if isinstance(image, str | Path) and not is_synthetic_scene(picture):
-                    self._note_synthetic()
-                del picture
-            except (ValueError, TypeError, OSError) as err:  # one bad input: named, the others captioned
-                if failures is None:
-                    raise
-                failures.append((start + i, name, failure_reason(err, name)))
-        if not tensors:
-            return []
-        chunk = tensors
-        batch = torch.stack(tensors).to(self.device)  # (B, 3, S, S)
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-        with autocast:
-            if reranker is None:
-                decoded = decode_captions(self.net, self.vocab, batch, config, generator=generator)
-                n = config.num_return_sequences
-                per_image = [decoded[i * n : (i + 1) * n] for i in range(len(chunk))]  # best first
-            else:
-                per_image = self._reranked(batch, config, reranker, names)
+        """The batch's results through the one decoder; each result's ``candidates`` its n-best list."""
+        inputs = torch.stack(batch.tensors)  # (B, 3, S, S)
+        per_image = self.decoder.decode(inputs, config, batch.names, generator=generator, reranker=reranker)
         (h, w) = self.grid
         results = []
-        for i in range(len(chunk)):
+        for name, captions in zip(batch.names, per_image):
             candidates = [
                 CaptionResult(
                     caption=display_caption(c.words),
@@ -374,17 +296,11 @@ class Captioner:
                     token_log_probs=c.token_log_probs,
                     score=c.score,
                     log_prob=c.log_prob,
-                    image=names[i],
+                    image=name,
                     attention_label=self.net.decoder.attention_map_label,
                 )
-                for c in per_image[i]
+                for c in captions
             ]
-            best = candidates[0]
-            check_finite(per_image[i], best.image, self.path)
-            best.candidates = candidates
-            results.append(best)
-        shown = (
-            names[0] if len(names) == 1 else f"{names[0]} and the {len(names) - 1} other images of its batch"
-        )
-        check_not_all_empty([c for p in per_image for c in p], shown, self.path)  # every candidate
+            candidates[0].candidates = candidates
+            results.append(candidates[0])
         return results

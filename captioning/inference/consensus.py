@@ -104,6 +104,9 @@ def _mean_similarity(hyps: Sequence[Weighted], refs: Sequence[Weighted], cider: 
     return np.array([np.mean([cider.similarity(h, r) for r in refs]) for h in hyps], dtype=np.float64)
 
 
+MIN_BANK_IMAGES = 2
+
+
 class ConsensusReranker:
     """Candidates from decoders, scored by ``consensus_scores`` against themselves and the bank."""
 
@@ -113,6 +116,12 @@ class ConsensusReranker:
                 f"ConsensusReranker: config is a {type(config).__name__}; expected a RerankConfig"
             )
         config.__post_init__()  # again: a config changed after it was made (object.__setattr__) is refused
+        if len(bank) < MIN_BANK_IMAGES:  # CIDEr-D's idf, log(N / df), is 0 for every n-gram of one image
+            raise ValueError(
+                f"the caption bank has {len(bank)} image; consensus reranking needs at least "
+                f"{MIN_BANK_IMAGES} (its CIDEr-D weights come from the bank's document frequencies, all 0 for "
+                "one image, so every vote would tie): build it from the training split (`captioning bank`)"
+            )
         self.config, self.bank = config, bank
         self.cider = CiderD(bank.captions)  # document frequencies of the bank's (training) references
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -174,6 +183,9 @@ class ConsensusReranker:
         """The best-scored candidate of each image (ties: the earlier, i.e. the model's own order)."""
         chosen = []
         for options, (unique, own, neighbours) in zip(candidates, self.votes(candidates, grids, image_ids)):
-            best = unique[int(np.argmax(own + self.config.weight * neighbours))]
+            score = own + self.config.weight * neighbours
+            if any(unique):  # an empty caption (<end> first) is no caption: it wins only when all are empty
+                score = np.where([bool(t) for t in unique], score, -np.inf)
+            best = unique[int(np.argmax(score))]
             chosen.append(next(c for c in options if " ".join(c.words) == best))
         return chosen

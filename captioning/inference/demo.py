@@ -32,6 +32,16 @@ SAMPLING_NOTE = (
 BEAMS_NOTE = "**Beam search**: `temperature`, `top_k`, `top_p` and `seed` are not used (greyed out)."
 
 
+_MARKDOWN_SPECIALS = "\\`*_[]()<>#|~!&"  # what acts mid-line (a leading "1." or "-" never starts here)
+
+
+def md(text: object) -> str:
+    """``text`` as literal Markdown on one line: every character Markdown or HTML would act on is escaped
+    (an upload's name comes from the client, through Gradio's API: ``[x](http://...)``, ``<img ...>``)."""
+    one_line = " ".join(str(text).split())
+    return "".join(f"\\{c}" if c in _MARKDOWN_SPECIALS else c for c in one_line)
+
+
 def upload_of(value: Any) -> tuple[str | None, str]:
     """(the uploaded file's path on the server, its original name) from Gradio's raw image payload
     (a dict with ``path`` and ``orig_name``) or a plain path."""
@@ -51,11 +61,11 @@ def read_upload(path: str | None, name: str | None = None, limit: int | None = N
     limit = MAX_UPLOAD_BYTES if limit is None else limit
     size = Path(path).stat().st_size
     if size > limit:
-        return None, f"**{name}**: {size / 2**20:.0f} MB is more than the {limit / 2**20:.0f} MB allowed."
+        return None, f"**{md(name)}**: {size / 2**20:.0f} MB is more than the {limit / 2**20:.0f} MB allowed."
     try:
         return load_rgb(path), ""
     except ImageError as err:
-        return None, f"**Cannot caption this upload**: {str(err).replace(str(path), name)}"
+        return None, f"**Cannot caption this upload**: {md(str(err).replace(str(path), name))}"
 
 
 def title_of(result: CaptionResult) -> str:
@@ -66,14 +76,15 @@ def title_of(result: CaptionResult) -> str:
 def captions_markdown(result: CaptionResult) -> str:
     """The candidates in the order the Captioner returns them (best first), numbered."""
     lines = [
-        f"{k}. **{c.caption or '(empty caption)'}**  (score {c.score:.3f})"
+        f"{k}. **{md(c.caption) or '(empty caption)'}**  (score {c.score:.3f})"
         for k, c in enumerate(result.candidates or [result], 1)
     ]
     return "\n".join(lines)
 
 
 def overlay_title_markdown(result: CaptionResult) -> str:
-    return f"Attention of the best caption: **{result.caption or '(empty caption)'}**  (score {result.score:.3f})"
+    caption = md(result.caption) or "(empty caption)"
+    return f"Attention of the best caption: **{caption}**  (score {result.score:.3f})"
 
 
 def fitting_panel(title: str, columns: int, panel: int = 160) -> int:
@@ -177,14 +188,14 @@ def answer(captioner: Captioner, upload: Any, options: dict[str, Any], seed: Any
         sampling_seed = int(seed or 0) if options["do_sample"] else None
         (result,) = captioner.caption(image, seed=sampling_seed, **options)
     except ValueError as err:
-        return {"status": f"**Decoding options**: {err}"}
+        return {"status": f"**Decoding options**: {md(err)}"}
     record = {
         **result.to_json(),
         "image": name,  # the uploaded file's name, not the in-memory "<input 0>"
         "decoding": captioner.generation_config(**options).to_dict(),
     }
     return {
-        "status": f"Captioned **{name}** ({image.width}×{image.height}).",
+        "status": f"Captioned **{md(name)}** ({image.width}×{image.height}).",
         "result": result,
         "image": image,
         "record": record,
@@ -239,7 +250,7 @@ def build_demo(captioner: Captioner, max_upload_bytes: int = MAX_UPLOAD_BYTES):
     with gr.Blocks(title="captioning: Show, Attend and Tell", delete_cache=(3600, 3600)) as demo:
         gr.Markdown(
             "## Show, Attend and Tell\n"
-            f"Checkpoint `{Path(str(captioner.path)).name}`; grid {captioner.grid[0]}×{captioner.grid[1]}. "
+            f"Checkpoint {md(Path(str(captioner.path)).name)}; grid {captioner.grid[0]}×{captioner.grid[1]}. "
             "Upload or drop an image, choose how to decode, press **Caption**."
         )
         state, picture, written = gr.State(None), gr.State(None), gr.State(None)

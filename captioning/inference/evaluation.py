@@ -1,6 +1,7 @@
 """Evaluate a checkpoint on a data split: decode every image, score with the official toolkit, write files.
 
-The one path behind ``captioning evaluate``, ``scripts/compare.py`` and the tests:
+The decoding is ``captioning.inference.split_decoding`` (the one batch decoder over a split); here it is
+scored and written. The one path behind ``captioning evaluate``, ``scripts/compare.py`` and the tests:
 
     source = build_source(data_cfg, "test")
     evaluation = evaluate_checkpoint(checkpoint, source, decoding={"num_beams": 3})
@@ -16,30 +17,29 @@ from the same decoded captions and attention, by the path validation takes.
 from __future__ import annotations
 
 import json
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import hydra
-import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from captioning import progress
 from captioning.checkpoints.ensemble import load_captioners, members_label
-from captioning.checkpoints.load import LoadedCheckpoint
-from captioning.data.datamodule import ImageLoader
-from captioning.data.features import FeatureCache, encoder_identity
-from captioning.data.images import ImageError
 from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
-from captioning.decoding import GenerationConfig, decode_captions
-from captioning.decoding.captions import check_finite, check_not_all_empty
-from captioning.decoding.search import hard_attention_layers
-from captioning.inference.caption_bank import CaptionBank
+from captioning.inference.batch_decoder import BatchDecoder
 from captioning.inference.consensus import ConsensusReranker, RerankConfig
+from captioning.inference.split_decoding import (  # noqa: F401 - evaluate's parts, importable from here
+    SplitCaptions,
+    build_caption_bank,
+    decode_source,
+    frozen_feature_cache,
+    model_inputs,
+    source_batches,
+)
+from captioning.inference.trained_on import synthetic_words, trained_data  # noqa: F401
 from captioning.metrics.coco import EvalReport, evaluate_results
 from captioning.metrics.names import SCENE_METRICS
 from captioning.metrics.report import format_report, format_scene_metrics
@@ -47,62 +47,6 @@ from captioning.metrics.scenes import score_scenes
 from captioning.writes import Output, output
 
 SPLITS = ("train", "val", "test")
-
-
-def synthetic_words() -> frozenset[str]:
-    """Every word a synthetic scene's reference caption can use (``captioning.data.synthetic``)."""
-    from captioning.data.synthetic import COLORS, POSITIONS, SHAPES, SIZES, SceneObject, scene_captions
-
-    objects = [SceneObject(s, c, z, p, (0, 0, 0, 0)) for s in SHAPES for c in COLORS for z in SIZES
-               for p in POSITIONS]  # fmt: skip
-    words = set()
-    for pair in ((o,) for o in objects[:: len(POSITIONS)]), zip(objects, objects[1:]):
-        for group in pair:
-            for caption in scene_captions(tuple(group)):
-                words.update(caption.split())
-    for o in objects:  # every position word, in both templates
-        words.update(o.position.split())
-    return frozenset(words)
-
-
-def trained_data(meta: dict[str, Any], strict: bool = False) -> str | None:
-    """The data config (``captioning/conf/data/<name>.yaml``) a checkpoint's plain-data entry says it was
-    trained on: its provenance's ``data`` where recorded; else ``"synthetic"`` for a vocabulary of which more
-    than half the words are synthetic-scene words (a photo corpus's has thousands of others), with
-    ``strict`` only for one of nothing but synthetic-scene words; else None."""
-    provenance = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else {}
-    recorded = provenance.get("data")
-    if isinstance(recorded, dict):  # a recorded config group choice or config with its name
-        recorded = recorded.get("name")
-    if isinstance(recorded, str) and recorded.strip():
-        return recorded.strip()
-    vocab = meta.get("vocab")
-    itos = vocab.get("itos") if isinstance(vocab, dict) else None
-    if not isinstance(itos, list):
-        return None
-    words = [w for w in itos if isinstance(w, str) and not (w.startswith("<") and w.endswith(">"))]
-    known = synthetic_words()
-    hits = sum(w in known for w in words)
-    if words and (hits == len(words) if strict else hits * 2 > len(words)):
-        return "synthetic"
-    return None
-
-
-@dataclass
-class SplitCaptions:
-    """Generated captions of every image of a source, in source order, with their attention."""
-
-    image_ids: list[Any]
-    captions: list[str]
-    tokens: list[list[str]]
-    attention: list[np.ndarray]  # per image (T, L): the map used for each generated word
-    grid: tuple[int, int]
-    skipped: list[str] = field(default_factory=list)  # one line per unreadable image, not decoded
-    indices: list[int] = field(default_factory=list)  # the source index of each decoded image
-
-    def results(self) -> list[dict]:
-        """The COCO results list ``[{"image_id", "caption"}]``."""
-        return [{"image_id": i, "caption": c} for i, c in zip(self.image_ids, self.captions)]
 
 
 @dataclass
@@ -159,132 +103,6 @@ def build_source(data_cfg: DictConfig, split: str) -> CaptionSource:
     return source
 
 
-@torch.no_grad()
-def decode_source(
-    model: LoadedCheckpoint,
-    source: CaptionSource,
-    decoding: dict[str, Any],
-    batch_size: int = 50,
-    feature_cache: FeatureCache | None = None,
-    reranker: ConsensusReranker | None = None,
-    generator: torch.Generator | None = None,
-) -> SplitCaptions:
-    """Caption every image of ``source`` with ``generate(**decoding)``; features come from the cache if given.
-    With a ``reranker``, each image's caption is the one it chooses among the decoders' candidates.
-    ``generator`` draws the samples of ``do_sample`` (repeatable runs). A batch whose scores are not finite
-    or whose captions are all empty is an error naming the checkpoint: a broken network is never scored."""
-    inputs = model_inputs(model, source, feature_cache)
-    device = next(model.net.parameters()).device
-    decoded = SplitCaptions([], [], [], [], (model.net.grid_size, model.net.grid_size))
-    desc = "decoding" if reranker is None else "decoding and reranking"
-    for start in progress.batches(len(source), batch_size, desc):
-        indices, rows = [], []
-        for i in range(start, min(start + batch_size, len(source))):
-            try:  # one unreadable image is reported and left out, not the end of the split
-                rows.append(inputs(i))
-                indices.append(i)
-            except ImageError as err:
-                decoded.skipped.append(str(err))
-        if not rows:
-            continue
-        batch = torch.stack(rows).to(device)  # (B, 3, S, S) images, or (B, L, D) cached features
-        cached = {"features": batch} if feature_cache is not None else {"images": batch}
-        if reranker is None:
-            captions = decode_captions(
-                model.net, model.vocab, cached.get("images"), features=cached.get("features"),
-                generator=generator, **decoding,
-            )  # fmt: skip
-        else:
-            grids = model.net.encode_batch(cached)  # (B, L, D)
-            options = reranker.candidates(
-                model.net.decoder, grids, model.vocab, GenerationConfig.from_dict(decoding)
-            )
-            check_finite(
-                [c for image in options for c in image], f"image {source.image_id(indices[0])}", model.path
-            )
-            captions = reranker.choose(options, grids, [source.image_id(i) for i in indices])
-        where = f"image {source.image_id(indices[0])} and its batch"
-        check_finite(captions, where, model.path)  # never scored as good
-        check_not_all_empty(captions, where, model.path)
-        for i, caption in zip(indices, captions):
-            decoded.indices.append(i)
-            decoded.image_ids.append(source.image_id(i))
-            decoded.captions.append(" ".join(caption.words))
-            decoded.tokens.append(caption.words)
-            decoded.attention.append(caption.attention.numpy())  # (T, L)
-    return decoded
-
-
-def frozen_feature_cache(
-    model: LoadedCheckpoint, cache_dir: str | Path | None, device: str = "cpu"
-) -> FeatureCache | None:
-    """The feature cache in ``cache_dir`` for a frozen encoder; None without a folder or for an encoder
-    that trains (its grids change with its weights)."""
-    encoder = model.net.encoder
-    if cache_dir is None or any(p.requires_grad for p in encoder.parameters()):
-        return None
-    return FeatureCache(encoder, cache_dir, device=device)
-
-
-def model_inputs(
-    model: LoadedCheckpoint, source: CaptionSource, feature_cache: FeatureCache | None
-) -> Callable[[int], torch.Tensor]:
-    """Image i of ``source`` as the model reads it: its cached grid (``model.net.encode_features``) with a
-    ``feature_cache``, else the image itself (``model.net.encode``)."""
-    if feature_cache is not None:
-        return feature_cache.features(source, model.image_size)
-    return ImageLoader(source, model.image_size)
-
-
-def build_caption_bank(
-    model: LoadedCheckpoint,
-    source: CaptionSource,
-    feature_cache: FeatureCache | None,
-    skipped: list[str] | None = None,
-    batch_size: int = 250,
-) -> CaptionBank:
-    """The caption bank of ``source`` (a training split) seen through ``model``'s encoder, with its identity.
-
-    An unreadable image is left out of the bank (as training and evaluate skip it): one line per image
-    is appended to ``skipped`` when given, else one warning names how many and the first."""
-    from captioning import progress
-    from captioning.data.tokenize import tokenize
-    from captioning.inference.caption_bank import pooled
-
-    inputs = model_inputs(model, source, feature_cache)
-    lines: list[str] = []
-    vectors, kept = [], []
-    with torch.no_grad():
-        for start in progress.batches(len(source), batch_size, "caption bank"):
-            rows = []
-            for i in range(start, min(start + batch_size, len(source))):
-                try:
-                    rows.append(inputs(i))
-                    kept.append(i)
-                except ImageError as err:
-                    lines.append(str(err))
-            if rows:
-                key = "images" if feature_cache is None else "features"
-                vectors.append(pooled(model.net.encode_batch({key: torch.stack(rows)})))  # (b, D)
-    if not kept:
-        raise ValueError(
-            f"the caption bank has no readable image ({len(lines)} of {len(source)} could not be read; "
-            f"the first: {lines[0] if lines else 'none'})"
-        )
-    if skipped is not None:
-        skipped.extend(lines)
-    elif lines:
-        warnings.warn(
-            f"caption bank: skipped {len(lines)} unreadable images of {len(source)}; the first: {lines[0]}",
-            stacklevel=2,
-        )
-    captions = [[t for t in (" ".join(tokenize(c)) for c in source.captions(i)) if t] for i in kept]
-    return CaptionBank(
-        torch.cat(vectors), captions, [source.image_id(i) for i in kept],
-        encoder_identity(model.net.encoder, model.image_size),
-    )  # fmt: skip
-
-
 def scene_results(decoded: SplitCaptions, source: CaptionSource) -> dict[str, Any]:
     """Every registered scene metric of the decoded captions against the source's scenes (the path
     validation takes: captioning.metrics.scenes.score_scenes)."""
@@ -331,13 +149,11 @@ def evaluate_checkpoint(
         rerank.check_decoding(decoding or {}, "decoding")
     model = load_captioners(paths)
     model.net.to(device)
-    context = (decoding or {}).get("hard_attention")
-    if context is not None and not hard_attention_layers(model.net.decoder):
-        raise ValueError(
-            f"{members_label(paths)}: decoding.hard_attention={context!r}: this model's attention is soft (no "
-            "layer chooses one cell), so the option would change nothing; it applies to hard-attention models"
-        )
-    decoding = GenerationConfig.from_dict(model.decoding).replace(**(decoding or {})).to_dict()
+    decoding = (
+        BatchDecoder.of(model)
+        .generation_config(model.decoding, decoding or {}, members_label(paths), "decoding.")
+        .to_dict()
+    )
     if decoding["num_return_sequences"] != 1:
         raise ValueError("evaluate scores one caption per image: decoding.num_return_sequences must be 1")
     cache = frozen_feature_cache(model, cache_dir, device)
@@ -366,16 +182,22 @@ def evaluate_checkpoint(
     )  # fmt: skip
 
 
-def evaluation_outputs(out_dir: str | Path, checkpoints: Sequence[str | Path] = ()) -> tuple[Output, Output]:
+def evaluation_outputs(
+    out_dir: str | Path, checkpoints: Sequence[str | Path] = (), check_folder: bool = False
+) -> tuple[Output, Output]:
     """``results.json`` and ``scores.json`` in ``out_dir``, checked now (captioning/writes.py): never a
-    folder, a device, a model file or one of ``checkpoints``. Whether the folder can be made is left to the
-    write, so that the scores are printed before an unwritable folder fails."""
+    folder, a device, a model file or one of ``checkpoints``; with ``check_folder``, also that the folder
+    can be made and written (a folder the user named, checked before the work). Otherwise that is left to
+    the write, so that the scores are printed before an unwritable folder fails."""
     inputs = {c: f"a checkpoint being evaluated ({c})" for c in checkpoints}
     return (
         output(
-            Path(out_dir) / "results.json", "the results (COCO format)", inputs=inputs, check_folder=False
+            Path(out_dir) / "results.json",
+            "the results (COCO format)",
+            inputs=inputs,
+            check_folder=check_folder,
         ),
-        output(Path(out_dir) / "scores.json", "the scores", inputs=inputs, check_folder=False),
+        output(Path(out_dir) / "scores.json", "the scores", inputs=inputs, check_folder=check_folder),
     )
 
 

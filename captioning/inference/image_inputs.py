@@ -110,7 +110,10 @@ def _as_pil(image: ImageInput) -> Image.Image:
 
 
 def failure_reason(err: BaseException, name: str) -> str:
-    """An input's error message without a leading copy of its name (the failure line names it once)."""
+    """An input's error message without a leading copy of its name (the failure line names it once); a
+    name the system cannot look up at all (ENAMETOOLONG, ...): "cannot be opened" and why."""
+    if isinstance(err, OSError) and err.strerror:
+        return f"cannot be opened: {err.strerror}"
     text = " ".join(str(err).split()) or type(err).__name__
     return text.removeprefix(f"{name}: ")
 

@@ -109,6 +109,7 @@ class SelfCriticalLitModule(CaptionLitModule):
             sampled = generate(
                 self.net.decoder, features.detach(), do_sample=True, num_return_sequences=k,
                 temperature=self.sample_temperature, max_new_tokens=self.sample_max_new_tokens,
+                allow_unk=True,  # the policy's own distribution: the loss's log p is over every word
             )  # fmt: skip  # (B·K, T) ids with <end>, an image's K samples adjacent
         tokens = sampled.tokens
         captions = [" ".join(self.vocab.decode(row.tolist())) for row in tokens]

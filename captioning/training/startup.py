@@ -1,6 +1,7 @@
 """Every start-up check of a training run, in the order they run; ``train()`` calls this module only.
 
 Before the data (seconds, nothing read or written but stale temp files): ``check_before_data``
+  0. every ``_target_`` on the allow-list (``captioning.config_safety``): nothing is built before this;
   1. the config's values: types and bounds of every argument, rules across keys (``validate.check_config``,
      bounds declared in ``captioning.bounds``);
   2. what the model's constructors refuse, built once with a placeholder vocabulary (``check_model_config``);
@@ -26,6 +27,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, open_dict
 
 from captioning.checkpoints.save import remove_orphan_temps
+from captioning.config_safety import check_targets
 from captioning.data.vocab import SPECIALS, Vocab
 from captioning.errors import ConfigError, one_line
 from captioning.training.build import build_model
@@ -54,6 +56,7 @@ class Start:
 
 def check_before_data(cfg: DictConfig) -> Start:
     """Every check that needs no data; raises on the first kind of mistake (all its keys in one line)."""
+    check_targets(cfg)  # every _target_ on the allow-list (config_safety.py): nothing built before this
     check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
     check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
     if (

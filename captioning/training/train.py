@@ -23,11 +23,13 @@ from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from captioning.config import CONFIG_DIR  # noqa: E402
+from captioning.config_safety import command_line_problem  # noqa: E402
 from captioning.errors import ConfigError, is_user_error, one_line  # noqa: E402
 from captioning.training import startup  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.resume import last_checkpoint_path  # noqa: E402
 from captioning.training.startup import instantiate, instantiate_dict  # noqa: E402
+from captioning.training.validate import check_config  # noqa: E402
 
 
 def train(cfg: DictConfig) -> str:
@@ -166,6 +168,11 @@ def cli() -> None:
     own report of those spans several lines and exits 1. Command-line flags (``--multirun``, ``--cfg``,
     ...) go straight to Hydra."""
     args = sys.argv[1:]
+    # as Hydra will compose it: targets, user YAML, and each job of a sweep checked as train() will
+    unsafe = command_line_problem(args, CONFIG_DIR, "train", check_job=check_config)
+    if unsafe:
+        print(f"captioning-train: error: {unsafe}", file=sys.stderr, flush=True)
+        sys.exit(2)
     for arg in args:  # Hydra creates the run folder before anything else and reports a failure in many lines
         if arg.startswith("hydra.run.dir="):
             if not arg.split("=", 1)[1].strip():  # Hydra would write the run into the current folder

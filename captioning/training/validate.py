@@ -33,7 +33,7 @@ SYNTHETIC_SOURCE = "captioning.data.sources.SyntheticSource"  # the one source w
 # What captioning/conf/train.yaml composes at the top; anything else (`+foo=1`) would be silently ignored.
 TOP_LEVEL_KEYS = frozenset(
     {"paths", "data", "model", "trainer", "logger", "callbacks", "seed", "run_test", "output_dir", "ckpt_path",
-     "init_from", "hydra"}
+     "init_from", "hydra", "allowed_targets"}
 )  # fmt: skip
 
 
@@ -50,6 +50,7 @@ EVAL_KEYS = frozenset(
         "feature_cache",
         "device",
         "hydra",
+        "allowed_targets",
     }
 )
 

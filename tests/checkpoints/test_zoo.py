@@ -64,8 +64,9 @@ def test_checkpoint_path_keeps_files_and_resolves_names(tmp_path, monkeypatch) -
     assert zoo.checkpoint_path("run/best.ckpt") == Path("run/best.ckpt")
     assert zoo.checkpoint_path("missing.safetensors") == Path("missing.safetensors")
     assert zoo.checkpoint_path("synthetic-soft") == DOCS_MODELS / "synthetic_soft.safetensors"
-    Path("synthetic-soft").write_text("a file of that name wins")
-    assert zoo.checkpoint_path("synthetic-soft") == Path("synthetic-soft")
+    Path("synthetic-soft").write_text("a file of that name does not shadow the zoo's model")
+    assert zoo.checkpoint_path("synthetic-soft") == DOCS_MODELS / "synthetic_soft.safetensors"
+    assert zoo.checkpoint_path("./synthetic-soft") == Path("synthetic-soft")
     with pytest.raises(zoo.ZooError, match="no file 'synthtic-soft'.*did you mean synthetic-soft"):
         zoo.checkpoint_path("synthtic-soft")
 
@@ -100,3 +101,76 @@ def test_version_is_the_installed_metadata(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out.strip() == f"captioning {version('captioning')}"
+
+
+def _zoo_copy(tmp_path, monkeypatch) -> Path:
+    """synthetic-soft's file, copied into a folder of $CAPTIONING_MODELS (the first searched)."""
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    shutil.copy(DOCS_MODELS / "synthetic_soft.safetensors", folder)
+    monkeypatch.setenv(zoo.ENV, str(folder))
+    return folder / "synthetic_soft.safetensors"
+
+
+def test_the_bytes_hashed_are_the_bytes_loaded(tmp_path, monkeypatch) -> None:
+    """A file swapped after the SHA-256 check (here: another model's bytes) is not what gets loaded."""
+    import torch
+
+    from captioning.checkpoints.load import load_captioner
+
+    path = _zoo_copy(tmp_path, monkeypatch)
+    original = load_captioner(DOCS_MODELS / "synthetic_soft.safetensors")
+    assert zoo.resolve("synthetic-soft") == path
+    path.write_bytes((DOCS_MODELS / "flickr8k_transformer.safetensors").read_bytes())  # the swap
+    loaded = load_captioner(path)
+    assert loaded.vocab.to_dict() == original.vocab.to_dict()
+    reference = original.net.state_dict()
+    assert all(torch.equal(v, reference[k]) for k, v in loaded.net.state_dict().items())
+    other = tmp_path / "unchecked.safetensors"  # a file the zoo never resolved is read from disk
+    other.write_bytes(path.read_bytes())
+    assert load_captioner(other).vocab.to_dict() != original.vocab.to_dict()
+
+
+def test_a_file_named_like_a_model_here_does_not_shadow_it(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "synthetic-soft").write_bytes(b"whatever is here")
+    assert zoo.checkpoint_path("synthetic-soft") == zoo.resolve("synthetic-soft")
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and "the zoo model" in warning[0] and "./synthetic-soft" in warning[0]
+    assert zoo.checkpoint_path("./synthetic-soft") == Path("./synthetic-soft")  # the file, asked for as one
+
+
+def test_tune_write_refuses_a_zoo_file_before_decoding(tmp_path, monkeypatch, capsys) -> None:
+    path = _zoo_copy(tmp_path, monkeypatch)
+    before = path.read_bytes()
+    for checkpoint in ("synthetic-soft", str(path)):  # by name, and by the path of the file
+        code = main(
+            [
+                "tune",
+                "--checkpoint",
+                checkpoint,
+                "--write",
+                "--out",
+                str(tmp_path / "t.json"),
+                "data=synthetic",
+            ]
+        )
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code != 0 and len(err) == 1
+        assert "is the file of zoo model 'synthetic-soft'" in err[0] and "Copy it first" in err[0]
+    assert path.read_bytes() == before and not (tmp_path / "t.json").exists()
+    assert zoo.resolve("synthetic-soft") == path  # still passes its own check
+
+
+def test_storing_decoding_defaults_refuses_a_zoo_file(tmp_path, monkeypatch) -> None:
+    from captioning.checkpoints.defaults import write_decoding_defaults
+
+    path = _zoo_copy(tmp_path, monkeypatch)
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(path)
+    for target in (path, link):
+        with pytest.raises(zoo.ZooError, match="Copy it first"):
+            write_decoding_defaults(target, {"num_beams": 2})
+    copy = tmp_path / "mine.safetensors"
+    shutil.copy(path, copy)
+    assert write_decoding_defaults(copy, {"num_beams": 2})["num_beams"] == 2

@@ -183,3 +183,17 @@ def test_caption_cli_refuses_beam_zero(tmp_path: Path, capsys, good_checkpoint) 
     Image.fromarray(render_scene((5, 0)).image).save(image)
     code = main(["caption", str(image), "--checkpoint", str(good_checkpoint), "--num-beams", "0"])
     assert code == 2 and "num_beams=0: expected an integer in [1, 64]" in capsys.readouterr().err
+
+
+def test_the_plain_output_shows_the_n_best_list_when_asked(good_checkpoint, photo, capsys) -> None:
+    argv = ["caption", str(photo), "--checkpoint", str(good_checkpoint), "--num-beams", "3"]
+    assert captioning_main([*argv, "--num-return-sequences", "3", "--json"]) == 0
+    candidates = json.loads(capsys.readouterr().out)["candidates"]
+    assert captioning_main([*argv, "--num-return-sequences", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split("\t") == [str(photo), candidates[0]["caption"]]
+    assert lines[1:] == [
+        f"\t{k}. {c['caption']}  (score {c['score']:.3f})" for k, c in enumerate(candidates, 1)
+    ]
+    assert captioning_main(argv) == 0  # one caption asked for: one line
+    assert len(capsys.readouterr().out.splitlines()) == 1

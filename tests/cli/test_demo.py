@@ -118,6 +118,30 @@ def test_the_json_names_the_upload_and_no_folder_is_left_per_request(zoo_caption
     assert list(files.root.iterdir()) == []
 
 
+HOSTILE_NAME = "[click me](http://evil.example) <img src=x onerror=alert(1)> **bold** `code`\n# heading.png"
+
+
+def test_an_uploads_name_reaches_the_markdown_escaped(zoo_captioner, tmp_path):
+    """A client names its upload (Gradio's API sends orig_name as it likes): the page shows it literally."""
+    import markdown_it
+
+    scene = scene_file(tmp_path)
+    options = demo.decoding_options(1, 1, False, 1.0, 0, 1.0, 0, 0.0)
+    out = demo.answer(
+        zoo_captioner, {"path": str(scene), "orig_name": HOSTILE_NAME}, options, 0, demo.JsonFiles()
+    )
+    html = markdown_it.MarkdownIt().render(out["status"])
+    assert "<a " not in html and "<img" not in html and "<code>" not in html and "<h1>" not in html
+    assert (
+        "[click me](http://evil.example) &lt;img src=x onerror=alert(1)&gt; **bold** `code` # heading.png"
+        in html
+    )
+    assert out["record"]["image"] == HOSTILE_NAME  # the JSON keeps the name as given
+    too_big = scene_file(tmp_path, "big.png")
+    _, message = demo.read_upload(str(too_big), HOSTILE_NAME, limit=1)
+    assert "<a " not in markdown_it.MarkdownIt().render(message) and "\n" not in message
+
+
 def test_sampled_candidates_are_shown_best_first_and_the_overlay_is_the_best(zoo_captioner, tmp_path):
     """The demo shows the Captioner's order; the Captioner returns the candidates best first (sorted by
     score), so the list is sorted and the overlay (title, JSON caption) is the first one's."""

@@ -18,15 +18,29 @@ from support.hostile import (
 )
 
 
-def test_evaluate_prints_its_scores_before_an_unwritable_out_dir_fails(good_checkpoint, tmp_path, capsys):
-    blocked = tmp_path / "file"
-    blocked.write_text("")
-    argv = ["evaluate", "--checkpoint", str(good_checkpoint), "--out-dir", str(blocked / "x"), "data=synthetic",
+@pytest.mark.parametrize("kind", ["under-a-file", "read-only"])
+def test_an_unwritable_out_dir_is_refused_before_any_work(
+    good_checkpoint, tmp_path, capsys, monkeypatch, kind
+):
+    if kind == "under-a-file":
+        (tmp_path / "file").write_text("")
+        out_dir, fragment = tmp_path / "file" / "x", "cannot create its folder"
+    else:  # a read-only folder (os.access as a read-only mount answers it: root may write anywhere else)
+        out_dir, fragment = tmp_path / "ro", "is not writable"
+        out_dir.mkdir()
+        real_access = os.access
+        monkeypatch.setattr(
+            os, "access", lambda p, mode: False if str(p) == str(out_dir) else real_access(p, mode)
+        )
+    import captioning.inference.evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "decode_source", lambda *a, **k: pytest.fail("decoded before the check"))
+    argv = ["evaluate", "--checkpoint", str(good_checkpoint), "--out-dir", str(out_dir), "data=synthetic",
             "data.test.num_images=4", "tokenizer=simple", "decoding.num_beams=1"]  # fmt: skip
-    assert captioning_main(argv) == 1
+    assert captioning_main(argv) == 2
     out, err = capsys.readouterr()
-    assert "CIDEr" in out
-    assert_one_line(err, str(blocked / "x"), "cannot write the results")
+    assert out == ""
+    assert_one_line(err, str(out_dir), fragment)
 
 
 @pytest.mark.parametrize(

@@ -77,10 +77,10 @@ def test_a_symlinked_sub_folder_inside_the_image_folder_is_allowed_and_escapes_a
 
 
 def test_a_folder_given_as_an_annotation_file_is_named_a_folder(tmp_path: Path) -> None:
-    from captioning.data.readers import DatasetError, _existing
+    from captioning.data.records import DatasetError, existing
 
     with pytest.raises(DatasetError, match="is a folder; expected"):
-        _existing(tmp_path, "an annotation file")
+        existing(tmp_path, "an annotation file")
 
 
 def test_dataset_problem_is_an_error_naming_file_and_entry(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_dataset_problem_is_an_error_naming_file_and_entry(tmp_path: Path) -> No
 def test_dataset_problems_are_skipped_and_counted_when_the_config_says_so(tmp_path: Path, caplog) -> None:
     dataset_json = _karpathy_files(tmp_path)
     cfg = compose_train([*_karpathy_overrides(tmp_path, dataset_json), "+data.train.records.on_error=skip"])
-    with caplog.at_level(logging.WARNING, logger="captioning.data.readers"):
+    with caplog.at_level(logging.WARNING, logger="captioning.data.records"):
         datamodule = hydra.utils.instantiate(cfg.data)
     train_source = datamodule.sources["train"]
     assert [r.image_id for r in train_source.records] == [0]

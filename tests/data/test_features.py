@@ -251,7 +251,7 @@ def test_the_cache_is_made_by_the_models_own_encoder_even_a_random_one(tmp_path)
 
 @pytest.mark.skipif(not (SHARED_DATA / "flickr8k").is_dir(), reason="Flickr8k is not in ../shared/data")
 def test_flickr8k_photos_cached_as_the_live_lite0_encoder_sees_them(tmp_path):
-    source = RecordSource(read_flickr8k(SHARED_DATA / "flickr8k", "dev"), limit=2)
+    source = RecordSource(read_flickr8k(SHARED_DATA / "flickr8k", "dev"), num_images=2)
     encoder = EfficientNetLiteEncoder(out_dim=112)  # frozen, packaged ImageNet weights
     features = FeatureCache(encoder, tmp_path, progress=False).features(source, 224)
     cached = torch.stack([features(i) for i in range(2)])

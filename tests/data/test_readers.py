@@ -32,7 +32,7 @@ def _write_json(path: Path, data: object) -> Path:
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "captioning.data.readers"]
+    return [r.getMessage() for r in caplog.records if r.name == "captioning.data.records"]
 
 
 # ---------------------------------------------------------------- COCO

@@ -146,3 +146,47 @@ def test_bad_options_name_the_option_and_what_was_expected(options, fragment):
 def test_legacy_names_of_earlier_checkpoints_are_renamed():
     cfg = GenerationConfig.from_dict({"beam_size": 3, "max_length": 9, "length_penalty": 0.5})
     assert (cfg.num_beams, cfg.max_new_tokens, cfg.length_penalty) == (3, 9, 0.5)
+
+
+def _unk_loving(decoder_name: str):
+    """A net whose every step puts most of its mass on <unk> (its logit raised by 20)."""
+    net = build_net(decoder_name, V, seed=11).eval()
+    step = net.decoder.step
+
+    def biased(*args, **kwargs):
+        logits, *rest = step(*args, **kwargs)
+        return (logits + 20.0 * (torch.arange(logits.shape[-1]) == Vocab.unk_id), *rest)
+
+    net.decoder.step = biased
+    return net
+
+
+@pytest.mark.parametrize("decoder", nets())
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_beams": 1},
+        {"num_beams": 3, "num_return_sequences": 3},
+        {"do_sample": True, "num_return_sequences": 4},
+    ],
+    ids=["greedy", "beam", "sample"],
+)
+def test_unk_is_never_generated_unless_allowed(decoder, options):
+    net = _unk_loving(decoder)
+    features, _ = random_batch(net, batch=3, vocab_size=V, seed=12)
+
+    def run(**extra):
+        return generate(net.decoder, features, max_new_tokens=6, generator=torch.Generator().manual_seed(0),
+                        **options, **extra).tokens  # fmt: skip
+
+    assert not (run() == Vocab.unk_id).any()
+    assert not (run(allow_unk=False) == Vocab.unk_id).any()
+    assert (run(allow_unk=True) == Vocab.unk_id).float().mean() > 0.5  # what the model wants, when allowed
+
+
+def test_allow_unk_is_an_option_with_a_default_that_old_checkpoints_get():
+    assert GenerationConfig().allow_unk is False
+    assert GenerationConfig.from_dict({"num_beams": 5}).allow_unk is False  # a stored decoding without it
+    assert GenerationConfig.from_dict({"allow_unk": True}).to_dict()["allow_unk"] is True
+    with pytest.raises(ValueError, match="allow_unk='yes': expected true or false"):
+        GenerationConfig(allow_unk="yes")

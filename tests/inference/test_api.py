@@ -298,7 +298,7 @@ def test_a_synthetic_scene_model_warns_once_when_it_captions_a_photo(ckpt, scene
         model.caption(photo)  # once per model
 
 
-def test_unk_is_left_out_of_the_caption_and_kept_in_the_tokens(tmp_path, scene_png):
+def test_unk_is_never_generated_by_default_and_when_allowed_left_out_of_the_caption(tmp_path, scene_png):
     from captioning.data.vocab import Vocab
 
     from support.corpus import build_module, checkpoint_dict
@@ -307,7 +307,11 @@ def test_unk_is_left_out_of_the_caption_and_kept_in_the_tokens(tmp_path, scene_p
     checkpoint["state_dict"]["net.decoder.out.bias"][Vocab.unk_id] = 50.0  # <unk> first, then words
     torch.save(checkpoint, tmp_path / "unk.ckpt")
     model = Captioner.from_checkpoint(tmp_path / "unk.ckpt")
-    (result,) = model.caption(scene_png, num_beams=1, no_repeat_ngram_size=1, max_new_tokens=4)
+    (masked,) = model.caption(scene_png, num_beams=1, no_repeat_ngram_size=1, max_new_tokens=4)
+    assert "<unk>" not in masked.tokens and masked.caption == " ".join(masked.tokens)  # HF's bad_words_ids
+    (result,) = model.caption(
+        scene_png, num_beams=1, no_repeat_ngram_size=1, max_new_tokens=4, allow_unk=True
+    )
     assert result.tokens[0] == "<unk>" and "<unk>" not in result.caption
     assert result.caption == " ".join(result.tokens[1:])
     assert result.to_json()["tokens"][0] == "<unk>" and len(result.attention) == len(result.tokens)

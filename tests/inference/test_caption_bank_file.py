@@ -147,3 +147,35 @@ def test_built_memories_drop_captions_with_no_words() -> None:
     source.captions = with_punctuation  # a reference of punctuation only tokenises to nothing
     bank = CaptionBank.build(lambda x: x, lambda i: torch.randn(4, 5), source)
     assert bank.captions == [[" ".join(c.lower().split()) for c in original(i)] for i in range(2)]
+
+
+def test_a_full_disk_under_bank_out_is_one_line_and_leaves_nothing(
+    good_checkpoint, tmp_path, monkeypatch, capsys
+):
+    """The write's OSError names the file (safetensors' own writer raised a SafetensorError: a traceback)."""
+    import errno
+
+    from captioning.cli.main import main
+    from captioning.inference import caption_bank
+
+    class FullDisk:
+        def __init__(self, path, mode):
+            self.file = open(path, mode)  # noqa: SIM115 - closed in __exit__
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, data):
+            self.file.write(data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(caption_bank, "open", FullDisk, raising=False)
+    out = tmp_path / "bank.safetensors"
+    code = main(["bank", "--checkpoint", str(good_checkpoint), "--out", str(out), "data.train.num_images=3"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert str(out) in err[0] and "No space left on device" in err[0] and "nothing was written" in err[0]
+    assert list(tmp_path.iterdir()) == []  # no bank, no temp file

@@ -118,7 +118,7 @@ def test_an_ensembles_candidates_are_each_members_own(tiny_checkpoint):
     net = load_captioner(tiny_checkpoint).net
     vocab = load_captioner(tiny_checkpoint).vocab
     grids = net.encode(torch.rand(2, 3, 64, 64))
-    bank = bank_of([[1.0] * grids.shape[-1]], refs=[["a shape"]])
+    bank = bank_of([[1.0] * grids.shape[-1]] * 2, refs=[["a shape"], ["a circle"]])
     reranker = ConsensusReranker(RerankConfig(num_beams=3, num_samples=0), bank)
     single = reranker.candidates(net.decoder, grids, vocab, GenerationConfig())
     both = reranker.candidates(EnsembleDecoder([net.decoder, net.decoder]), grids, vocab, GenerationConfig())
@@ -154,7 +154,9 @@ def test_evaluate_with_one_candidate_reranks_to_plain_decoding(tiny_checkpoint, 
     loader = ImageLoader(SyntheticSource(6, seed=0, split="test"), model.image_size)
     grids = model.net.encode(torch.stack([loader(i) for i in range(6)]))
     decoding = GenerationConfig.from_dict(model.decoding).replace(num_beams=3)
-    reranker = ConsensusReranker(RerankConfig(), bank_of([[1.0] * grids.shape[-1]], refs=[["a shape"]]))
+    reranker = ConsensusReranker(
+        RerankConfig(), bank_of([[1.0] * grids.shape[-1]] * 2, refs=[["a shape"], ["a circle"]])
+    )
     options = reranker.candidates(model.net.decoder, grids, model.vocab, decoding)
     assert len(options[0]) == 15  # 5 beams + 10 samples
     for kept, image in zip(results["full"], options):
@@ -375,3 +377,27 @@ def test_the_caption_bank_skips_an_unreadable_training_image_and_reports_it(tmp_
     assert skipped == ["scene2.jpg: not a readable image (truncated)"]
     with pytest.warns(UserWarning, match="skipped 1 unreadable images of 5; the first: scene2.jpg"):
         build_caption_bank(model, source, None)
+
+
+def test_a_one_image_bank_is_refused_in_one_line(tiny_checkpoint, tmp_path, capsys):
+    """Its CIDEr-D weights are all 0: every vote would tie (the caption printed was empty, exit 0)."""
+    with pytest.raises(ValueError, match="has 1 image; consensus reranking needs at least 2"):
+        ConsensusReranker(RerankConfig(), bank_of([[1.0, 0.0]], refs=REFS[:1]))
+    bank_file, photo = tmp_path / "bank.safetensors", tmp_path / "scene.png"
+    assert (
+        main(["bank", "--checkpoint", tiny_checkpoint, "--out", str(bank_file), "data.train.num_images=1"])
+        == 0
+    )
+    SyntheticSource(1, seed=0, split="test").image(0).save(photo)
+    capsys.readouterr()
+    code = main(["caption", str(photo), "--checkpoint", tiny_checkpoint, "--rerank", str(bank_file)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "needs at least 2" in err
+
+
+def test_an_empty_candidate_never_wins_over_a_caption():
+    reranker = ConsensusReranker(RerankConfig(neighbours=0), bank_of([[1, 0], [0, 1], [1, 1]]))
+    options = [[caption(""), caption(""), caption("a dog runs")]]  # the empty one said twice: the majority
+    assert reranker.choose(options, torch.zeros(1, 3, 2))[0].words == ["a", "dog", "runs"]
+    only_empty = [[caption(""), caption("")]]
+    assert reranker.choose(only_empty, torch.zeros(1, 3, 2))[0].words == []

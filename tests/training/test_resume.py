@@ -196,6 +196,7 @@ def _with_callback(cfg, name: str):
     """``cfg`` with one more callback: the class ``name`` of this module."""
     with open_dict(cfg):
         cfg.callbacks[name.lower()] = OmegaConf.create({"_target_": f"{__name__}.{name}"})
+        cfg.allowed_targets = [__name__]  # this test module's class (config_safety.py)
     return cfg
 
 
@@ -289,6 +290,7 @@ def test_sigkill_mid_epoch_then_resume_continues_from_the_saved_step(tmp_path: P
     cfg = compose_train([*RUN, "ckpt_path=last", f"trainer.max_steps={step + 3}"], run_dir)
     with open_dict(cfg):
         cfg.callbacks.resume_probe = OmegaConf.create({"_target_": f"{__name__}.ResumeProbe"})
+        cfg.allowed_targets = [__name__]  # this test module's class (config_safety.py)
     ResumeProbe.seen.clear()
     train(cfg)
     seen = ResumeProbe.seen

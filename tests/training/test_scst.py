@@ -248,6 +248,7 @@ class StartProbe(pl.Callback):
 def _with(cfg, name: str):
     with open_dict(cfg):
         cfg.callbacks[name.lower()] = OmegaConf.create({"_target_": f"{__name__}.{name}"})
+        cfg.allowed_targets = [__name__]  # this test module's class (config_safety.py)
     return cfg
 
 

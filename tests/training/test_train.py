@@ -55,7 +55,8 @@ def test_fused_optimizer_gradients_are_clipped(precision, tmp_path):
     (On CPU, Lightning's 16-mixed has no gradient scaler: the next test covers the scaler.)"""
     NormRecordingAdamW.norms.clear()
     overrides = [*TINY, "+trainer.fast_dev_run=2", f"trainer.precision={precision}", "trainer.gradient_clip_val=0.01",
-                 "model.optimizer._target_=test_train.NormRecordingAdamW"]  # fmt: skip
+                 "model.optimizer._target_=test_train.NormRecordingAdamW",
+                 "allowed_targets=[test_train]"]  # fmt: skip  # this module's class (config_safety.py)
     cfg = compose_train(overrides, tmp_path)
     assert cfg.model.optimizer.fused is True
     train(cfg)

@@ -1,0 +1,46 @@
+"""What data a checkpoint was trained on: the recorded data config, else recognised from its vocabulary
+(synthetic scenes have a small fixed one). The Captioner's note on photos and ``evaluate``'s default
+``data=`` read it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def synthetic_words() -> frozenset[str]:
+    """Every word a synthetic scene's reference caption can use (``captioning.data.synthetic``)."""
+    from captioning.data.synthetic import COLORS, POSITIONS, SHAPES, SIZES, SceneObject, scene_captions
+
+    objects = [SceneObject(s, c, z, p, (0, 0, 0, 0)) for s in SHAPES for c in COLORS for z in SIZES
+               for p in POSITIONS]  # fmt: skip
+    words = set()
+    for pair in ((o,) for o in objects[:: len(POSITIONS)]), zip(objects, objects[1:]):
+        for group in pair:
+            for caption in scene_captions(tuple(group)):
+                words.update(caption.split())
+    for o in objects:  # every position word, in both templates
+        words.update(o.position.split())
+    return frozenset(words)
+
+
+def trained_data(meta: dict[str, Any], strict: bool = False) -> str | None:
+    """The data config (``captioning/conf/data/<name>.yaml``) a checkpoint's plain-data entry says it was
+    trained on: its provenance's ``data`` where recorded; else ``"synthetic"`` for a vocabulary of which more
+    than half the words are synthetic-scene words (a photo corpus's has thousands of others), with
+    ``strict`` only for one of nothing but synthetic-scene words; else None."""
+    provenance = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else {}
+    recorded = provenance.get("data")
+    if isinstance(recorded, dict):  # a recorded config group choice or config with its name
+        recorded = recorded.get("name")
+    if isinstance(recorded, str) and recorded.strip():
+        return recorded.strip()
+    vocab = meta.get("vocab")
+    itos = vocab.get("itos") if isinstance(vocab, dict) else None
+    if not isinstance(itos, list):
+        return None
+    words = [w for w in itos if isinstance(w, str) and not (w.startswith("<") and w.endswith(">"))]
+    known = synthetic_words()
+    hits = sum(w in known for w in words)
+    if words and (hits == len(words) if strict else hits * 2 > len(words)):
+        return "synthetic"
+    return None
