@@ -34,9 +34,9 @@ OWN_VALUES: dict[str, dict[str, set[str]]] = {
         f"data/{name}.yaml": {
             "": {"image_size", "batch_size", "eval_batch_size", "num_workers", "min_word_count"}
         }
-        for name in ("captions_json", "flickr8k")
+        for name in ("captions_json", "flickr8k", "own")
     },
-    "data/coco.yaml": {"": {"image_size", "num_workers", "min_word_count"}, "val": {"limit"}},
+    "data/coco.yaml": {"": {"image_size", "num_workers", "min_word_count"}, "val": {"num_images"}},
     "data/karpathy.yaml": {"": {"image_size", "num_workers", "min_word_count"}},
     "experiment/coco_base.yaml": {"data.feature_cache": {"batch_size", "device"}},
     **{f"model/encoder/{name}.yaml": {"": {"out_dim"}} for name in ("efficientnet_lite0", "resnet101")},
