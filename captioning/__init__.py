@@ -4,6 +4,9 @@
     model = Captioner.from_checkpoint("model.ckpt", device="auto")
     print(model.caption("photo.jpg", num_beams=3)[0].caption)
 
+    run = captioning.train(["debug=tiny", "trainer.max_epochs=1"])   # captioning-train's overrides
+    captioning.evaluate(run.best_checkpoint)                          # captioning evaluate's
+
 Importing the package changes nothing in the process (no environment variables, no resolvers) and
 imports nothing heavy: the names below load on first use, and the entry points apply their process
 settings themselves (``captioning.runtime``).
@@ -22,6 +25,10 @@ _EXPORTS = {
     "GenerationConfig": "captioning.decoding.config",
     "CheckpointError": "captioning.checkpoints.load",
     "export_checkpoint": "captioning.checkpoints.export",
+    "train": "captioning.api",  # captioning.api is an entry point: loaded only when called for
+    "evaluate": "captioning.api",
+    "TrainingRun": "captioning.api",
+    "DomainNotice": "captioning.inference.domain",
 }
 __all__ = [*_EXPORTS, "__version__"]
 

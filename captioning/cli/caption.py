@@ -286,3 +286,5 @@ def _report(
         print(f"{_printable(result.image)}\t{_printable(result.caption)}{extra}", flush=True)
         for line in nbest_lines(result) if nbest else []:  # asked for: shown, not only in --json
             print(line, flush=True)
+    if result.domain_notice is not None:  # stdout keeps one record per image; --json has it too
+        print(f"note: {_printable(result.image)}: {result.domain_notice}", file=sys.stderr, flush=True)

@@ -72,85 +72,14 @@ def default_out_dir(checkpoints: list[Path], data: str, split: str, num_beams: i
     return Path("outputs") / "evaluate" / members_stem(checkpoints) / f"{data}-{split}-beam{num_beams}"
 
 
-def _chooses_data(override: str) -> bool:
-    """Whether a Hydra override picks the data config (data=..., +data=..., ~data), not one of its keys."""
-    key = override.split("=", 1)[0].lstrip("+~").strip()
-    return key == "data"
-
-
-def infer_data(checkpoints: list[Path]) -> str:
-    """The data config to score ``checkpoints`` on when no data= is given (``trained_data`` of the first,
-    an ensemble's members share the vocabulary); a ValueError naming the data configs otherwise."""
-    from captioning.checkpoints.load import read_weights_and_meta
-    from captioning.config import CONFIG_DIR
-    from captioning.inference.trained_on import trained_data
-
-    available = sorted(p.stem for p in (Path(CONFIG_DIR) / "data").glob("*.yaml"))
-    _, meta = read_weights_and_meta(checkpoints[0])
-    name = trained_data(meta)
-    if name is None:
-        words = len((meta.get("vocab") or {}).get("itos") or [])
-        raise ValueError(
-            f"{checkpoints[0]}: no data= given and the checkpoint does not record its data (its {words}-word "
-            f"vocabulary is not the synthetic scenes'); name the data it was trained on, one of "
-            f"{', '.join(f'data={n}' for n in available)}"
-        )
-    if name not in available:
-        raise ValueError(
-            f"{checkpoints[0]}: was trained on data {name!r}, which is not a data config here; name one of "
-            f"{', '.join(f'data={n}' for n in available)}"
-        )
-    return name
-
-
 def run(args: argparse.Namespace) -> int:
     # Imported here so `captioning caption` and `captioning score` do not pay for Hydra composition.
-    import hydra
-    from omegaconf import OmegaConf
-
-    from captioning.config import compose_config
+    from captioning.api import run_evaluation
     from captioning.errors import one_line, user_errors
-    from captioning.inference.evaluation import (
-        build_source,
-        evaluate_checkpoint,
-        evaluation_outputs,
-        format_evaluation,
-        write_evaluation,
-    )
-    from captioning.training.validate import check_eval_config
+    from captioning.inference.evaluation import format_evaluation, write_evaluation
 
-    try:
-        overrides = list(args.overrides)
-        if not any(_chooses_data(o) for o in overrides):  # the checkpoint's data, not eval.yaml's default
-            overrides.insert(0, f"data={infer_data(args.checkpoint)}")
-        cfg, choices = compose_config("eval", overrides)
-        check_eval_config(cfg)  # unknown keys (+bogus=1), feature_cache=maybe, data.test.seed=abc: one line
-        if args.out_dir is not None and args.out_dir.exists() and not args.out_dir.is_dir():
-            raise ValueError(
-                f"--out-dir {args.out_dir}: is a file; expected a folder for results.json and scores.json"
-            )
-        if args.out_dir is not None:  # before the decoding: a read-only folder, results.json a model file ...
-            evaluation_outputs(args.out_dir, args.checkpoint, check_folder=True)
-        from captioning.inference.captioner import resolve_device
-
-        resolve_device(cfg.device)  # a bad device= is one line naming it, before any work
-        data_name = choices["data"]
-        source = build_source(cfg.data, cfg.split)
-        rerank = hydra.utils.instantiate(cfg.rerank) if cfg.get("rerank") is not None else None
-        bank_source = build_source(cfg.data, "train") if rerank is not None else None  # whose captions vote
-        evaluation = evaluate_checkpoint(
-            args.checkpoint,  # a list: one path, or several for their ensemble
-            source,
-            data_name=f"{data_name}/{cfg.split}",
-            decoding=OmegaConf.to_container(cfg.decoding),
-            tokenizer=cfg.tokenizer,
-            batch_size=cfg.batch_size,
-            cache_dir=cfg.paths.cache if cfg.feature_cache else None,
-            device=cfg.device,
-            rerank=rerank,
-            bank_source=bank_source,
-            seed=args.seed,
-        )
+    try:  # the work captioning.evaluate does too (captioning/api.py)
+        evaluation, cfg, data_name = run_evaluation(args.checkpoint, args.overrides, args.out_dir, args.seed)
     except (*user_errors(), ValueError, RuntimeError) as err:  # e.g. a decoding value a check refused
         print(f"captioning evaluate: error: {one_line(err)}", file=sys.stderr)
         return 2

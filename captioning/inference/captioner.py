@@ -21,7 +21,10 @@ A network that captions nothing (NaN/inf scores, or every caption of a batch emp
 ``caption`` is the words for people: ``<unk>`` (a word the vocabulary lacks) is left out of it, and kept
 in ``tokens`` (aligned with the attention rows) and the JSON's "tokens". A checkpoint trained on the
 synthetic scenes (``trained_on == "synthetic"``) warns once when it captions a file that is not a
-synthetic scene: it can only describe coloured shapes.
+synthetic scene: it can only describe coloured shapes. A Flickr8k model's result carries a
+``domain_notice`` when the photo looks unlike its training photos (``captioning.inference.domain``: what
+the encoder's ImageNet classifier sees in it, e.g. "looks like: Egyptian cat (0.78), tabby; ..."), else
+None; ``model.domain = None`` turns the check off.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from captioning.decoding.captions import (  # noqa: F401 - the errors for caller
 from captioning.hashing import encoder_identity
 from captioning.inference.batch_decoder import BatchDecoder
 from captioning.inference.consensus import ConsensusReranker
+from captioning.inference.domain import DomainCheck, DomainNotice, domain_for
 from captioning.inference.image_inputs import SINGLE, ImageInput, as_pil, failure_reason, input_name
 from captioning.inference.results import (  # noqa: F401 - what the API returns, importable from here
     ON_ERROR,
@@ -70,6 +74,14 @@ def is_synthetic_scene(picture: Image.Image) -> bool:
     from captioning.data.synthetic import CANVAS
 
     return picture.size == (CANVAS, CANVAS)
+
+
+def zoo_data(path: object) -> str | None:
+    """What a zoo model was trained on, by its file name (captioning/zoo.py), or None for another file."""
+    from captioning.zoo import MODELS
+
+    name = Path(str(path)).name
+    return next((m.data for m in MODELS.values() if m.file == name), None)
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -99,6 +111,8 @@ class Captioner:
         meta = {"vocab": {"itos": self.vocab.itos}, "provenance": self.provenance}
         self.trained_on = trained_data(meta, strict=True)
         self._noted_synthetic = False
+        self.domain = domain_for(self.trained_on or zoo_data(self.path))  # None: no domain notices
+        self._domain_check: DomainCheck | None = None
         self.to(device)
 
     @classmethod
@@ -303,4 +317,15 @@ class Captioner:
             ]
             candidates[0].candidates = candidates
             results.append(candidates[0])
+        for result, notice in zip(results, self._domain_notices(inputs)):
+            result.domain_notice = notice
         return results
+
+    def _domain_notices(self, inputs: torch.Tensor) -> list[DomainNotice | None]:
+        """Per image of the batch, a notice when it looks unlike the training photos (``self.domain``)."""
+        if self.domain is None:
+            return [None] * len(inputs)
+        if self._domain_check is None or self._domain_check.domain is not self.domain:
+            self._domain_check = DomainCheck(self.domain, self.device)
+        self._domain_check.device = self.device
+        return self._domain_check.notices(inputs)

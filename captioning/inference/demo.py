@@ -79,6 +79,8 @@ def captions_markdown(result: CaptionResult) -> str:
         f"{k}. **{md(c.caption) or '(empty caption)'}**  (score {c.score:.3f})"
         for k, c in enumerate(result.candidates or [result], 1)
     ]
+    if result.domain_notice is not None:  # class names from the classifier's closed list: plain text
+        lines.append(f"\n> **Unlike the training photos**: {result.domain_notice}")
     return "\n".join(lines)
 
 

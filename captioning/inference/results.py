@@ -13,6 +13,7 @@ from PIL import Image
 from torch import Tensor
 
 from captioning.decoding.captions import BrokenOutput
+from captioning.inference.domain import DomainNotice
 from captioning.inference.image_inputs import ImageInput, as_pil
 
 
@@ -29,6 +30,7 @@ class CaptionResult:
     image: str = ""  # the path, or "<input i>" for in-memory images
     attention_label: str = ""  # what the attention map is (the decoder's attention_map_label), for overlays
     candidates: list[CaptionResult] = field(default_factory=list, repr=False)  # the n-best list, best first
+    domain_notice: DomainNotice | None = None  # unlike the training photos (inference/domain.py)
 
     def to_json(self) -> dict[str, Any]:
         t, h, w = self.attention.shape
@@ -43,6 +45,8 @@ class CaptionResult:
         }
         if len(self.candidates) > 1:
             out["candidates"] = [{"caption": c.caption, "score": c.score} for c in self.candidates]
+        if self.domain_notice is not None:  # as candidates: only when there is one
+            out["domain_notice"] = self.domain_notice.to_json()
         return out
 
     def overlay(self, image: ImageInput, path: str | Path | None = None, **options) -> Image.Image:

@@ -234,3 +234,11 @@ def load_weights(model: EfficientNetLite, weights_path: str | Path | None = None
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
         raise RuntimeError(f"{path} is not an {name} state dict (lukemelas keys): {err}") from err
+
+
+def imagenet_classifier(variant: str = "lite1") -> EfficientNetLite:
+    """The whole ImageNet classifier of ``variant`` (head included) with its packaged weights, in eval mode,
+    frozen: the encoders use its trunk; ``captioning.inference.domain`` asks its head what a photo shows."""
+    net = EfficientNetLite(variant)
+    load_weights(net)
+    return net.eval().requires_grad_(False)

@@ -3,7 +3,7 @@ site builds with ``mkdocs build --strict``, and the README stays a short product
 
 A fenced ``bash`` or ``python`` block is runnable when the line before it is an HTML comment starting
 with ``<!-- runnable`` (invisible on GitHub and on the site). Blocks run in a temporary folder holding
-``docs`` (a link to the repository's, so ``docs/models/...`` resolves) and ``photo.jpg`` (a Flickr8k dev
+``docs`` and ``examples`` (links to the repository's, so ``docs/models/...`` resolves) and ``photo.jpg`` (a Flickr8k dev
 photo when ``../shared`` has one, else a generated image). Substitutions, so the suite stays fast:
 
 - ``make train`` (5 minutes) runs as its tiny equivalent, ``scripts/train_and_caption.py`` with
@@ -58,6 +58,7 @@ def substitute(line: str, tmp: Path) -> str:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     (tmp_path / "docs").symlink_to(REPO / "docs")
+    (tmp_path / "examples").symlink_to(REPO / "examples")  # the README's example photo
     photo = tmp_path / "photo.jpg"
     if FLICKR_PHOTO.exists():
         shutil.copy(FLICKR_PHOTO, photo)

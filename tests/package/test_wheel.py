@@ -52,6 +52,7 @@ def installed(tmp_path_factory) -> dict:
     (wheel,) = (tmp / "dist").glob("captioning-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "captioning/conf/train.yaml" in names and "captioning/conf/debug/tiny.yaml" in names
+    assert "captioning/inference/domains/flickr8k.json" in names  # the out-of-domain notice's file
     assert not any(n.startswith(("tests/", "docs/", "scripts/")) for n in names)
 
     venv = tmp / "venv"
@@ -180,3 +181,59 @@ def test_a_users_config_folder_joins_through_hydra_searchpath(installed) -> None
         *tiny,
     ]
     _run([*cmd, "hydra.run.dir=run_mine"], installed["cwd"], installed["env"], timeout=120)
+
+
+API_SCRIPT = """
+import json, sys
+import captioning
+run = captioning.train(sys.argv[1:], run_dir="api_run")
+evaluation = captioning.evaluate(run.best_checkpoint, ["data.test.num_images=4", "tokenizer=simple"])
+try:
+    captioning.train(["trainer.max_epoch=1"])
+except ValueError as err:
+    refused = str(err)
+print(json.dumps({"run_dir": str(run.run_dir), "best": str(run.best_checkpoint), "metrics": run.metrics,
+                  "scores": evaluation.report.to_dict()["scores"], "refused": refused,
+                  "module": captioning.__file__}))
+"""
+
+
+def test_train_and_evaluate_from_python(installed) -> None:
+    tiny = [
+        "debug=tiny",
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=1",
+    ]
+    script = installed["cwd"] / "api_script.py"
+    script.write_text(API_SCRIPT)
+    out = _run([installed["bin"] / "python", script, *tiny], installed["cwd"], installed["env"]).stdout
+    record = json.loads(out.strip().splitlines()[-1])
+    assert Path(record["module"]).is_relative_to(installed["venv"])
+    best = installed["cwd"] / record["best"]
+    assert best.is_file() and best.is_relative_to(installed["cwd"] / "api_run" / "checkpoints")
+    assert "val/CIDEr" in record["metrics"] and set(record["scores"]) >= {"Bleu_4", "CIDEr", "METEOR"}
+    assert record["refused"].startswith(
+        "trainer.max_epoch: no such config key; did you mean trainer.max_epochs?"
+    )
+
+
+def test_models_install_gives_a_wheel_its_zoo(installed, tmp_path) -> None:
+    release = tmp_path / "release.zip"
+    with zipfile.ZipFile(release, "w") as archive:
+        for name in ("synthetic_soft.safetensors", "flickr8k_soft_scst.safetensors"):
+            archive.write(REPO / "docs" / "models" / name, f"models/{name}")
+    b, cwd, env = installed["bin"], installed["cwd"], installed["env"]
+    out = _run([b / "captioning", "models", "install", "--from", release], cwd, env).stdout
+    cache = Path(env["HOME"]) / ".cache" / "captioning" / "models"
+    assert out.splitlines() == [
+        f"flickr8k-soft-scst: installed ({cache / 'flickr8k_soft_scst.safetensors'})",
+        f"synthetic-soft: installed ({cache / 'synthetic_soft.safetensors'})",
+    ]
+    listed = _run([b / "captioning", "models"], cwd, env).stdout
+    assert re.search(r"synthetic-soft\s+synthetic\s+\d+\.\d MiB\s+" + re.escape(str(cache)), listed), listed
+    # the installed Flickr8k model by name, with the out-of-domain notice from the wheel's domain file
+    photo = REPO / "examples" / "cameraman.png"
+    done = _run([b / "captioning", "caption", photo, "--checkpoint", "flickr8k-soft-scst"], cwd, env)
+    assert done.stdout.startswith(f"{photo}\ta man")
+    assert done.stderr.startswith(f"note: {photo}: looks like: tripod (0.")
