@@ -8,7 +8,11 @@ start-up check reads the same declarations from the config's ``_target_`` classe
 value named under its config key, and no second copy of a rule lives in the start-up check. Rules that span
 several keys (a monitor that must be a logged metric, SCST needing ``init_from``) stay in
 ``captioning.training.validate``; so do the values of third-party constructors (Lightning's Trainer, torch's
-AdamW), which accept some values silently (``limit_train_batches=0`` trains nothing and "succeeds").
+AdamW), which accept some values silently (``limit_train_batches=0`` trains nothing and "succeeds"): their
+bounds are declared below too (``CONFIG_BOUNDS``), with the sizes a network config may ask for
+(``SIZE_BOUNDS``, shared by the start-up check and the checkpoint loader). This module is the one place a
+bound on a value is written; everything that checks one reads it from here or from a signature that
+uses these declarations.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ def AtLeast(low: float) -> Between:  # noqa: N802 - reads as a type in annotatio
 
 
 def _number(value: float | None) -> str:
+    """``0.5``, ``100``, ``1e-4`` (as the bound would be written in code)."""
+    if isinstance(value, float) and value and abs(value) < 1e-3:
+        return f"{value:.0e}".replace("e-0", "e-")
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -113,3 +120,79 @@ def check_bounds(prefix: str, function: Any, values: dict[str, Any]) -> None:
     ]
     if problems:
         raise ValueError("; ".join(problems))
+
+
+# -- learning rates ------------------------------------------------------------------------------------
+# AdamW takes any lr; 10 and above only diverges. The encoder's own rate is lr_scale x lr (its parameter
+# group, CaptionLitModule.configure_optimizers), so lr_scale is bounded too, and their product is held to
+# the bound on lr (captioning.training.validate): a scale cannot reach a rate lr itself may not be.
+LEARNING_RATE = Between(0, 10, low_open=True, high_open=True)
+LR_SCALE = Between(0, 10, low_open=True)
+
+
+# -- values of third-party constructors and top-level keys ---------------------------------------------
+# config key -> (the values allowed, what is expected). Lightning's Trainer and torch's AdamW accept some
+# values silently (0 steps, 0 batches: "success" with nothing trained); these are refused at start-up.
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _within(bound: Between, integer: bool = False, null: bool = True):
+    return lambda v: (null and v is None) or ((_is_int(v) if integer else _is_number(v)) and bound.holds(v))
+
+
+CONFIG_BOUNDS: dict[str, tuple[Any, str]] = {
+    "trainer.limit_train_batches": (
+        lambda v: v is None or (_is_int(v) and v >= 1) or (isinstance(v, float) and 0 < v <= 1),
+        "an integer >= 1 or a fraction in (0, 1]",
+    ),
+    "seed": (
+        _within(Between(0, 2**32, high_open=True), integer=True, null=False),
+        "an integer in [0, 2**32)",
+    ),
+    "model.optimizer.weight_decay": (_within(Between(0, 10, high_open=True)), "a number in [0, 10)"),
+    "trainer.val_check_interval": (_within(Between(0, None, low_open=True)), "a number > 0"),
+    **{
+        key: (
+            lambda v: v is None or (_is_int(v) and (v >= 1 or v == -1)),
+            "an integer >= 1, or -1 for no limit (0 would train nothing)",
+        )
+        for key in ("trainer.max_epochs", "trainer.max_steps")
+    },
+    "trainer.log_every_n_steps": (_within(AtLeast(1), integer=True), "an integer >= 1"),
+    "trainer.accumulate_grad_batches": (_within(AtLeast(1), integer=True), "an integer >= 1"),
+    "trainer.gradient_clip_val": (_within(AtLeast(0)), "a number >= 0 or null"),
+    "model.optimizer.lr": (_within(LEARNING_RATE), LEARNING_RATE.describe("a number")),
+    "trainer.check_val_every_n_epoch": (_within(AtLeast(1), integer=True), "an integer >= 1 or null"),
+    "trainer.num_sanity_val_steps": (
+        _within(AtLeast(-1), integer=True),
+        "an integer >= 0, or -1 for the whole validation set",
+    ),
+}
+
+
+# -- sizes of a network ---------------------------------------------------------------------------------
+# Bounds on the sizes a network config may ask for, shared by the start-up check of a training config
+# (captioning.training.validate) and the loading of a checkpoint (captioning.models.registry.bad_sizes):
+# whatever trains can be loaded, and a crafted checkpoint cannot allocate terabytes or hang.
+SIZE_BOUNDS = {
+    "vocab_size": 1_000_000,
+    "image_size": 2048,
+    "grid_size": 64,
+    "num_layers": 48,
+    "num_heads": 64,
+}
+MAX_WIDTH = 16_384  # any other size: widths, *_dim, num_*
+MAY_BE_ZERO = ("position_dim",)  # 0 = off
+
+# Each size above is bounded alone; their product is not: vocabulary 120k x embedding 16,384, or a 16k-wide
+# encoder, passes every bound and allocates gigabytes. The whole network is bounded too, counted on the
+# meta device (shapes only, no memory) before anything is allocated.
+MAX_PARAMETERS = 500_000_000  # ~2 GB of float32; the zoo's largest models have a few tens of millions
+MAX_ACTIVATION = 2**30  # elements of one encoder activation for one image (4 GiB of float32)

@@ -2,34 +2,18 @@
 that decodes: ``caption`` and ``demo``-like commands take only the flags; ``evaluate`` and ``tune`` take
 them beside Hydra overrides of captioning/conf/eval.yaml (``decoding.num_beams=5``), which stay accepted.
 A flag becomes the same ``decoding.KEY=VALUE`` override; a flag and an override of the same key that
-disagree are one error line naming both. Nothing heavy is imported: the check runs before torch."""
+disagree are one error line naming both. Nothing heavy is imported: the check runs before torch.
+The flags, their help and types are GenerationConfig's fields (captioning/decoding/config.py)."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
-DECODING_FLAGS = ("num_beams", "num_return_sequences", "do_sample", "temperature", "top_k", "top_p",
-                  "length_penalty", "no_repeat_ngram_size", "repetition_penalty", "max_new_tokens",
-                  "allow_unk", "hard_attention")  # fmt: skip
+from captioning.decoding.config import GenerationConfig  # a dataclass module: nothing heavy
 
-_HELP = {
-    "num_beams": "beams per image (1 = greedy)",
-    "num_return_sequences": "n-best list / samples per image",
-    "do_sample": "sample instead of searching",
-    "temperature": None,
-    "top_k": "sample among the k most likely words (0 = all)",
-    "top_p": "nucleus sampling mass (1.0 = off)",
-    "length_penalty": "score = log p / length**penalty",
-    "no_repeat_ngram_size": "block repeated n-grams (0 = off)",
-    "repetition_penalty": "CTRL penalty (1.0 = off)",
-    "max_new_tokens": "the most tokens generated",
-    "allow_unk": "let <unk> be generated (default: masked, as HF's bad_words_ids)",
-    "hard_attention": "hard-attention models: read the most likely cell, or the expected context Σ α_i a_i "
-    "(refused for a soft-attention model, where it would change nothing)",
-}
-_TYPES = {"num_beams": int, "num_return_sequences": int, "temperature": float, "top_k": int, "top_p": float,
-          "length_penalty": float, "no_repeat_ngram_size": int, "repetition_penalty": float,
-          "max_new_tokens": int}  # fmt: skip
+# One flag per GenerationConfig field, in its order, with the help and type the field declares.
+DECODING_FLAGS = tuple(f.name for f in fields(GenerationConfig))
 
 
 def flag(name: str) -> str:
@@ -44,15 +28,17 @@ def add_decoding_arguments(
     title = "decoding (HF generate names; default: the checkpoint's"
     title += "; or Hydra overrides decoding.num_beams=5 ...)" if overrides else ")"
     g = p.add_argument_group(title)
-    for name in DECODING_FLAGS:
-        if name in skip:
+    for f in fields(GenerationConfig):
+        if f.name in skip:
             continue
-        if name in ("do_sample", "allow_unk"):
-            g.add_argument(flag(name), action="store_true", default=None, help=_HELP[name])
-        elif name == "hard_attention":
-            g.add_argument(flag(name), choices=("cell", "expected"), default=None, help=_HELP[name])
-        else:
-            g.add_argument(flag(name), type=_TYPES[name], default=None, help=_HELP[name])
+        meta = f.metadata
+        if f.type in ("bool", bool):  # a switch: present = true
+            g.add_argument(flag(f.name), action="store_true", default=None, help=meta["help"])
+        elif meta["choices"]:
+            g.add_argument(flag(f.name), choices=tuple(meta["choices"]), default=None, help=meta["help"])
+        else:  # the field's type parses the value; its bound is checked with the others (check_option)
+            kind = {"int": int, "float": float, "str": str}[f.type] if isinstance(f.type, str) else f.type
+            g.add_argument(flag(f.name), type=kind, default=None, help=meta["help"])
     if seed:
         g.add_argument(
             "--seed", type=int, default=None, help="seed for sampling (the same seed, the same captions)"

@@ -23,74 +23,50 @@ checkpoint's 5 beams) with 1, so ``model.caption(images, do_sample=True)`` sampl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-HARD_ATTENTION_CONTEXTS = ("cell", "expected")
+from captioning.bounds import Between
 
 # Names of earlier checkpoints, CLIs and configs, and the option each became.
 LEGACY_NAMES = {"beam_size": "num_beams", "max_length": "max_new_tokens"}
 
 
-def _integer(low: int, high: int) -> tuple:
-    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and low <= v <= high,
-            f"an integer in [{low}, {high}]")  # fmt: skip
-
-
-def _number(ok, text: str) -> tuple:
-    return (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and ok(v), text)
-
-
-# Each option alone: what it must be. Checked for every config, and by the CLIs before anything loads.
-OPTION_CHECKS = {
-    "num_beams": _integer(1, 64),
-    "num_return_sequences": _integer(1, 64),
-    "do_sample": (lambda v: isinstance(v, bool), "true or false"),
-    # Below 1e-4, logits / T overflow float32 to inf (NaN probabilities): greedy decoding is that limit.
-    "temperature": _number(
-        lambda v: 1e-4 <= v <= 100, "a number in [1e-4, 100] (for T -> 0 use greedy decoding)"
-    ),
-    "top_k": _integer(0, 1_000_000),
-    "top_p": _number(lambda v: 0 < v <= 1, "a number in (0, 1]"),
-    "length_penalty": _number(lambda v: -10 <= v <= 10, "a number in [-10, 10]"),
-    "no_repeat_ngram_size": _integer(0, 100),
-    "repetition_penalty": _number(lambda v: 0 < v <= 100, "a number in (0, 100] (1.0 = off)"),
-    "max_new_tokens": _integer(1, 1000),
-    "allow_unk": (lambda v: isinstance(v, bool), "true or false"),
-    "hard_attention": (
-        lambda v: v in HARD_ATTENTION_CONTEXTS,
-        "'cell' (the most likely cell) or 'expected' (the expected context, Σ α_i a_i)",
-    ),
-}
-
-
-def check_option(name: str, value: Any) -> None:
-    """ValueError naming the option, its value and what was expected, unless ``value`` is valid alone."""
-    ok, expected = OPTION_CHECKS[name]
-    if not ok(value):
-        raise ValueError(f"decoding option {name}={value!r}: expected {expected}")
+def option(
+    default: Any, help: str, bound: Between | None = None, note: str = "", choices: dict | None = None
+):
+    """A decoding option declared once: its default, its ``--flag``'s help, its bound (captioning.bounds) or
+    its ``choices`` (value -> meaning), and a ``note`` added to the expected-value text of an error."""
+    return field(default=default, metadata={"help": help, "bound": bound, "note": note, "choices": choices})
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    num_beams: int = 1
-    num_return_sequences: int = 1
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    length_penalty: float = 0.0
-    no_repeat_ngram_size: int = 0
-    repetition_penalty: float = 1.0
-    max_new_tokens: int = 20
-    allow_unk: bool = field(
-        default=False,
-        metadata={
-            "help": "let <unk> be generated (default: masked, as HF's bad_words_ids; printed captions drop it)"
-        },
+    num_beams: int = option(1, "beams per image (1 = greedy)", Between(1, 64))
+    num_return_sequences: int = option(1, "n-best list / samples per image", Between(1, 64))
+    do_sample: bool = option(False, "sample instead of searching")
+    # Below 1e-4, logits / T overflow float32 to inf (NaN probabilities): greedy decoding is that limit.
+    temperature: float = option(
+        1.0, "sampling temperature", Between(1e-4, 100), note="(for T -> 0 use greedy decoding)"
     )
-    hard_attention: str = "cell"
+    top_k: int = option(0, "sample among the k most likely words (0 = all)", Between(0, 1_000_000))
+    top_p: float = option(1.0, "nucleus sampling mass (1.0 = off)", Between(0, 1, low_open=True))
+    length_penalty: float = option(0.0, "score = log p / length**penalty", Between(-10, 10))
+    no_repeat_ngram_size: int = option(0, "block repeated n-grams (0 = off)", Between(0, 100))
+    repetition_penalty: float = option(
+        1.0, "CTRL penalty (1.0 = off)", Between(0, 100, low_open=True), note="(1.0 = off)"
+    )
+    max_new_tokens: int = option(20, "the most tokens generated", Between(1, 1000))
+    allow_unk: bool = option(
+        False, "let <unk> be generated (default: masked, as HF's bad_words_ids; printed captions drop it)"
+    )
+    hard_attention: str = option(
+        "cell",
+        "hard-attention models: read the most likely cell, or the expected context Σ α_i a_i "
+        "(refused for a soft-attention model, where it would change nothing)",
+        choices={"cell": "the most likely cell", "expected": "the expected context, Σ α_i a_i"},
+    )
 
     def __post_init__(self) -> None:
         for name, value in self.to_dict().items():
@@ -145,3 +121,41 @@ class GenerationConfig:
         if changed.get("do_sample") is True and "num_beams" not in named:
             merged["num_beams"] = 1
         return GenerationConfig.from_dict(merged)
+
+
+def _check_of(f) -> tuple[Callable[[Any], bool], str]:
+    """(is the value valid, what is expected) for one field of GenerationConfig, from its type and metadata."""
+    meta = f.metadata
+    if meta["choices"]:
+        expected = " or ".join(f"{value!r} ({meaning})" for value, meaning in meta["choices"].items())
+        return (lambda v: isinstance(v, str) and v in meta["choices"]), expected
+    if f.type in ("bool", bool):
+        return (lambda v: isinstance(v, bool)), "true or false"
+    integer = f.type in ("int", int)
+    bound: Between = meta["bound"]
+    expected = bound.describe("an integer" if integer else "a number") + (
+        f" {meta['note']}" if meta["note"] else ""
+    )
+
+    def ok(v: Any) -> bool:
+        kinds = int if integer else int | float
+        return isinstance(v, kinds) and not isinstance(v, bool) and bound.holds(v)
+
+    return ok, expected
+
+
+# Each option alone: what it must be (derived from the fields above). Checked for every config, by the CLIs
+# before anything loads, and for SCST's sampling settings.
+OPTION_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    f.name: _check_of(f) for f in fields(GenerationConfig)
+}
+
+# What ``hard_attention`` may be (scripts offer them as choices).
+HARD_ATTENTION_CONTEXTS = tuple(GenerationConfig.__dataclass_fields__["hard_attention"].metadata["choices"])
+
+
+def check_option(name: str, value: Any) -> None:
+    """ValueError naming the option, its value and what was expected, unless ``value`` is valid alone."""
+    ok, expected = OPTION_CHECKS[name]
+    if not ok(value):
+        raise ValueError(f"decoding option {name}={value!r}: expected {expected}")

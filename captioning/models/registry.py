@@ -11,6 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from captioning.bounds import (  # noqa: F401 - SIZE_BOUNDS: the loader reads the bounds from here too
+    MAX_ACTIVATION,
+    MAX_PARAMETERS,
+    MAX_WIDTH,
+    MAY_BE_ZERO,
+    SIZE_BOUNDS,
+)
 from captioning.models.attention.dot import DotAttention, ScaledDotAttention
 from captioning.models.attention.gumbel import GumbelHardAttention
 from captioning.models.attention.multihead import MultiHeadAttention
@@ -83,20 +90,6 @@ def modernise_config(node: Any) -> None:
             modernise_config(value)
 
 
-# Bounds on the sizes a network config may ask for, shared by the start-up check of a training config
-# (captioning.training.validate) and the loading of a checkpoint: whatever trains can be loaded, and a
-# crafted checkpoint cannot allocate terabytes or hang.
-SIZE_BOUNDS = {
-    "vocab_size": 1_000_000,
-    "image_size": 2048,
-    "grid_size": 64,
-    "num_layers": 48,
-    "num_heads": 64,
-}
-MAX_WIDTH = 16_384  # any other size: widths, *_dim, num_*
-MAY_BE_ZERO = ("position_dim",)  # 0 = off
-
-
 def is_size_key(key: str) -> bool:
     """Keys whose integer is a size that memory grows with (widths, counts, grid and vocabulary sizes);
     an index such as the Transformer's ``attention_layer=-1`` is not one."""
@@ -124,13 +117,6 @@ def bad_sizes(
     elif isinstance(node, list):
         for i, value in enumerate(node):
             yield from bad_sizes(value, f"{where}[{i}]", low, skip)
-
-
-# Each size above is bounded alone; their product is not: vocabulary 120k x embedding 16,384, or a 16k-wide
-# encoder, passes every bound and allocates gigabytes. The whole network is bounded too, counted on the
-# meta device (shapes only, no memory) before anything is allocated.
-MAX_PARAMETERS = 500_000_000  # ~2 GB of float32; the zoo's largest models have a few tens of millions
-MAX_ACTIVATION = 2**30  # elements of one encoder activation for one image (4 GiB of float32)
 
 
 def _without_weight_files(node: Any) -> Any:

@@ -7,6 +7,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from captioning.data.vocab import Vocab
+from captioning.errors import ConfigError
 from captioning.models.registry import size_problem
 from captioning.training.lit_module import CaptionLitModule
 
@@ -36,8 +37,6 @@ def build_model(model_cfg: DictConfig, vocab: Vocab) -> CaptionLitModule:
     image_size = model_cfg.get("image_size")
     too_large = size_problem(OmegaConf.to_container(net), image_size if isinstance(image_size, int) else None)
     if too_large:  # counted on the meta device: refused before gigabytes are allocated
-        from captioning.training.validate import ConfigError
-
         raise ConfigError(f"model: {too_large}")
     net_yaml = OmegaConf.to_yaml(net)
     model_dict = OmegaConf.to_container(model_cfg, resolve=True)

@@ -1,6 +1,6 @@
 """Hydra training entry point: ``captioning-train [overrides]`` or ``python -m captioning.training.train``.
 
-Reads top to bottom: data -> model -> callbacks -> logger -> trainer -> fit -> test.
+``train()`` reads top to bottom: start-up checks -> data -> model -> trainer -> fit -> test.
 Ends by printing ``best checkpoint: PATH`` (scripts rely on that line).
 """
 
@@ -18,128 +18,60 @@ configure_process()  # before torch is imported (OMP_WAIT_POLICY); WANDB_MODE of
 
 import hydra  # noqa: E402
 import pytorch_lightning as pl  # noqa: E402
-from hydra.errors import InstantiationException  # noqa: E402
-from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E402
 
-from captioning.checkpoints.save import remove_orphan_temps  # noqa: E402
 from captioning.config import CONFIG_DIR  # noqa: E402
-from captioning.config_safety import check_targets, command_line_problem  # noqa: E402
-from captioning.errors import is_user_error, one_line  # noqa: E402
-from captioning.training import sweep_stop  # noqa: E402
+from captioning.config_safety import command_line_problem  # noqa: E402
+from captioning.errors import ConfigError, is_user_error, one_line  # noqa: E402
+from captioning.training import startup, sweep_stop  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.callbacks.progress_lines import bar_on  # noqa: E402
-from captioning.training.preflight import check_init_from, check_model_config  # noqa: E402
-from captioning.training.requeue import resume_requeued  # noqa: E402
-from captioning.training.resume import (  # noqa: E402
-    AUTO,
-    averages_weights,
-    check_fresh_run_dir,
-    check_resume_matches,
-    checkpoint_folders,
-    finished_run,
-    last_checkpoint_path,
-    resolve_ckpt_path,
-)
-from captioning.training.validate import ConfigError, check_config, check_vocabulary  # noqa: E402
+from captioning.training.resume import last_checkpoint_path  # noqa: E402
+from captioning.training.startup import instantiate, instantiate_dict  # noqa: E402
+from captioning.training.validate import check_config  # noqa: E402
 
 
-def instantiate_dict(cfg: DictConfig | None) -> list:
-    """Instantiate every entry of a ``name: {_target_: ...}`` mapping (callbacks, loggers)."""
-    return [hydra.utils.instantiate(node) for node in (cfg or {}).values() if node is not None]
+def train(cfg: DictConfig) -> str:
+    """Train ``cfg`` (a composed captioning/conf/train.yaml); returns the best checkpoint's path."""
+    start = startup.check_before_data(cfg)  # config mistakes fail here in seconds, before the data are read
+    if start.finished:  # ckpt_path=auto in the folder of a finished run: nothing to train
+        return start.finished
+    pl.seed_everything(cfg.seed, workers=True)
 
+    # Data first: the vocabulary fixes the decoder's output size.
+    datamodule = instantiate(cfg.data)
+    vocab = startup.read_vocabulary(cfg, datamodule)
 
-def finish_runs(loggers: list) -> None:
-    """End W&B runs: Lightning leaves them open, and the next job of a Hydra sweep would log into them."""
+    model = build_model(cfg.model, vocab)  # the network config travels with the checkpoint (as YAML)
+    startup.check_resume(cfg, start.ckpt_path, vocab, model)
+
+    callbacks = instantiate_dict(cfg.get("callbacks"))
+    loggers = instantiate_dict(cfg.get("logger"))
     for logger in loggers:
-        if isinstance(logger, WandbLogger):
-            logger.experiment.finish()  # a no-op dummy on DDP ranks other than 0
+        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    bar = bar_on(cfg.trainer.get("enable_progress_bar"))  # a pipe or log file gets progress lines instead
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, enable_progress_bar=bar
+    )
+
+    fit(trainer, model, datamodule, start.ckpt_path, cfg.output_dir)
+    best = best_checkpoint(trainer, cfg.output_dir)
+    if cfg.get("run_test"):
+        trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
+    finish_runs(loggers)
+    return best
 
 
 class StoppedBySignal(Exception):
     """The run was stopped by SIGTERM before it finished (exit status 143, as for a process killed by it)."""
 
 
-def _raised_by_lightning(err: BaseException) -> bool:
-    """True when the innermost frame of ``err`` is Lightning's own code (a setting it refuses), not ours."""
-    tb = err.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and f"{os.sep}pytorch_lightning{os.sep}" in tb.tb_frame.f_code.co_filename
-
-
-def train(cfg: DictConfig) -> str:
-    check_targets(cfg)  # every _target_ on the allow-list (config_safety.py): nothing built before this
-    # Config mistakes fail here in seconds, before the data is read or any training time is spent.
-    check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
-    check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
-    resume_requeued(cfg)  # a SLURM job started again after a requeue: ckpt_path=auto
-    if (
-        str(cfg.get("ckpt_path")) == AUTO
-    ):  # a sweep re-run after a stop: its finished jobs are not trained again
-        done = finished_run(cfg.output_dir)
-        if done:
-            print(
-                f"ckpt_path=auto: {cfg.output_dir} holds a finished run (run.json); its best: {done}",
-                file=sys.stderr,
-            )
-            return done
-    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), cfg.output_dir)  # "last" -> output_dir/checkpoints
-    if ckpt_path and cfg.get("init_from"):  # the same overrides plus ckpt_path=last: the resumed weights win
-        print(f"resuming from {ckpt_path}: init_from={cfg.init_from} is not loaded", file=sys.stderr)
-    else:
-        check_init_from(cfg.get("init_from"))  # a starting checkpoint that cannot even be read
-    check_fresh_run_dir(cfg.output_dir, ckpt_path)  # a reused run folder: never overwrite its checkpoints
-    for folder in checkpoint_folders(cfg):  # a write a kill interrupted: its target is rewritten below
-        removed = remove_orphan_temps(folder)
-        if removed:
-            print(
-                f"removed {len(removed)} temp file(s) of checkpoint writes a kill interrupted in {folder}: "
-                + ", ".join(p.name for p in removed[:3]),
-                file=sys.stderr,
-            )
-    pl.seed_everything(cfg.seed, workers=True)
-
-    # Data first: the vocabulary fixes the decoder's output size.
-    try:  # a data source refusing its arguments (split=bogus) is a config mistake: one line with its key
-        datamodule = hydra.utils.instantiate(cfg.data)
-    except InstantiationException as err:
-        raise ConfigError(one_line(err)) from err
-    vocab = datamodule.build_vocab()
-    check_vocabulary(vocab, cfg.data.min_word_count)
-    with open_dict(cfg):
-        cfg.model.decoder.vocab_size = len(vocab)  # logged with the rest of the config
-
-    model = build_model(cfg.model, vocab)  # the network config travels with the checkpoint (as YAML)
-    if ckpt_path:  # resuming: the data must give the same vocabulary, the model the same config
-        check_resume_matches(
-            ckpt_path,
-            vocab.to_dict(),
-            model.net_config,
-            cfg.trainer.get("max_steps"),
-            weight_average=averages_weights(cfg.get("callbacks")),
-            self_critical=str(cfg.model.get("_target_", "")).endswith("SelfCriticalLitModule"),
-        )
-
-    try:  # a callback or logger refusing its arguments (every_n_steps=-1) is a config mistake too
-        callbacks = instantiate_dict(cfg.get("callbacks"))
-        loggers = instantiate_dict(cfg.get("logger"))
-    except InstantiationException as err:
-        raise ConfigError(one_line(err)) from err
-    for logger in loggers:
-        logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    # the bar on a terminal only: a pipe, a log file or a background run gets progress lines (ProgressLines)
-    bar = bar_on(cfg.trainer.get("enable_progress_bar"))
-    try:  # Lightning refuses settings it cannot use (precision=bogus) with a ValueError: a config mistake
-        trainer: pl.Trainer = hydra.utils.instantiate(
-            cfg.trainer, callbacks=callbacks, logger=loggers or False, enable_progress_bar=bar
-        )
-    except InstantiationException as err:
-        raise ConfigError(one_line(err)) from err  # "trainer: ..." (the key comes with it)
-
-    # weights_only: resuming never unpickles code either (the checkpoint holds tensors and plain data).
-    try:
+def fit(trainer: pl.Trainer, model, datamodule, ckpt_path: str | None, output_dir: str) -> None:
+    """``trainer.fit``; a setting Lightning refuses once the data are known is a config mistake, a stop
+    by SIGTERM a :class:`StoppedBySignal` saying how to go on."""
+    try:  # weights_only: resuming never unpickles code either (the checkpoint holds tensors and plain data)
         trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except SIGTERMException:
         pass  # reported below, as when Lightning stops gracefully
@@ -150,20 +82,36 @@ def train(cfg: DictConfig) -> str:
     if trainer.received_sigterm:  # a stop is not a finished run: say so, with how to go on
         raise StoppedBySignal(
             f"stopped by SIGTERM at step {trainer.global_step}; resume with ckpt_path=last "
-            f"(checkpoints in {Path(cfg.output_dir) / 'checkpoints'})"
+            f"(checkpoints in {Path(output_dir) / 'checkpoints'})"
         )
+
+
+def best_checkpoint(trainer: pl.Trainer, output_dir: str) -> str:
+    """The best checkpoint by the monitored metric; the last one when no validation ranked any."""
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    last = last_checkpoint_path(cfg.output_dir)
+    last = last_checkpoint_path(output_dir)
     if not best and last.is_file():  # no validation ran (max_steps before the first, limit_val_batches=0)
         print(
             f"no validation ran, so no checkpoint was ranked: the last one stands in ({last})",
             file=sys.stderr,
         )
         best = str(last)
-    if cfg.get("run_test"):
-        trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
-    finish_runs(loggers)
     return best
+
+
+def finish_runs(loggers: list) -> None:
+    """End W&B runs: Lightning leaves them open, and the next job of a Hydra sweep would log into them."""
+    for logger in loggers:
+        if isinstance(logger, WandbLogger):
+            logger.experiment.finish()  # a no-op dummy on DDP ranks other than 0
+
+
+def _raised_by_lightning(err: BaseException) -> bool:
+    """True when the innermost frame of ``err`` is Lightning's own code (a setting it refuses), not ours."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}pytorch_lightning{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")

@@ -8,7 +8,7 @@ is declared in that argument's signature (captioning.bounds) and read from there
 Each mistake is one line naming the key, the value and what was expected, e.g.
 ``seed='abc': expected an integer`` or ``callbacks.model_checkpoint.monitor='val/CIDER': expected one of
 val/Bleu_4, val/CIDEr, val/loss, val/xent``; a config with several mistakes lists them all. The model's own
-constructors check what depends on the built network (``preflight.check_model_config``); the vocabulary
+constructors check what depends on the built network (``startup.check_model_config``); the vocabulary
 is checked once the data has been read (``check_vocabulary``).
 """
 
@@ -19,10 +19,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from captioning.bounds import CONFIG_BOUNDS, LEARNING_RATE, LR_SCALE
 from captioning.data.files import folder_problem
 from captioning.data.vocab import SPECIALS
 from captioning.decoding.config import GenerationConfig
-from captioning.errors import ConfigError  # noqa: F401 - where the checks' callers import it from
+from captioning.errors import ConfigError
 from captioning.metrics.names import SCENE_METRICS, TEXT_METRICS
 from captioning.models.registry import bad_sizes
 from captioning.training.typecheck import type_problems
@@ -111,12 +112,8 @@ def check_config(cfg: DictConfig) -> None:
         if not ok:
             problems.append(f"{key}={_get(cfg, key)!r}: expected {expected}")
 
-    limit = _get(cfg, "trainer.limit_train_batches")  # 0 trains nothing and ends "successfully"
-    need(
-        limit is None or (_is_int(limit) and limit >= 1) or (isinstance(limit, float) and 0 < limit <= 1),
-        "trainer.limit_train_batches",
-        "an integer >= 1 or a fraction in (0, 1]",
-    )
+    for key, (ok, expected) in CONFIG_BOUNDS.items():  # values third-party code accepts silently
+        need(ok(_get(cfg, key)), key, expected)
     for key in ("init_from", "ckpt_path"):  # `init_from=` parses as '' (an unset $CKPT), not as null
         value = _get(cfg, key)
         if isinstance(value, str) and not value.strip():
@@ -131,16 +128,6 @@ def check_config(cfg: DictConfig) -> None:
             problems.append(f"callbacks.{name}.dirpath={dirpath!r}: {problem}")
     run_test = _get(cfg, "run_test")  # "no" is a truthy string: it would run the test split
     need(run_test is None or isinstance(run_test, bool), "run_test", "a boolean (true or false)")
-    seed = _get(cfg, "seed")
-    need(_is_int(seed) and 0 <= seed < 2**32, "seed", "an integer in [0, 2**32)")
-    decay = _get(cfg, "model.optimizer.weight_decay")
-    need(
-        decay is None or (_is_number(decay) and 0 <= decay < 10),
-        "model.optimizer.weight_decay",
-        "a number in [0, 10)",
-    )
-    every = _get(cfg, "trainer.val_check_interval")
-    need(every is None or (_is_number(every) and every > 0), "trainer.val_check_interval", "a number > 0")
     scst = str(_get(cfg, "model._target_") or "").endswith("SelfCriticalLitModule")
     resuming = _get(cfg, "ckpt_path") not in (None, "", "auto")  # auto may start afresh: it needs init_from
     if scst and not _get(cfg, "init_from") and not resuming:  # resuming has its own weights
@@ -148,22 +135,6 @@ def check_config(cfg: DictConfig) -> None:
             "init_from=None: objective=scst starts from a cross-entropy checkpoint; expected init_from=CKPT "
             "(or ckpt_path=last to resume an SCST run)"
         )
-    for key in ("trainer.max_epochs", "trainer.max_steps"):
-        value = _get(cfg, key)
-        need(
-            value is None or (_is_int(value) and (value >= 1 or value == -1)),
-            key,
-            "an integer >= 1, or -1 for no limit (0 would train nothing)",
-        )
-    for key in ("trainer.log_every_n_steps", "trainer.accumulate_grad_batches"):
-        value = _get(cfg, key)
-        need(value is None or (_is_int(value) and value >= 1), key, "an integer >= 1")
-    clip = _get(cfg, "trainer.gradient_clip_val")
-    need(
-        clip is None or (_is_number(clip) and clip >= 0), "trainer.gradient_clip_val", "a number >= 0 or null"
-    )
-    lr = _get(cfg, "model.optimizer.lr")
-    need(lr is None or (_is_number(lr) and 0 < lr < 10), "model.optimizer.lr", "a number in (0, 10)")
     try:
         GenerationConfig.from_dict(OmegaConf.to_container(cfg.model.decoding), where="model.decoding")
     except (ValueError, TypeError) as err:
@@ -194,19 +165,14 @@ def check_config(cfg: DictConfig) -> None:
             )
             problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(known)}")
     problems += _unknown_keys(cfg, TOP_LEVEL_KEYS)
-    check_every = _get(cfg, "trainer.check_val_every_n_epoch")
-    need(
-        check_every is None or (_is_int(check_every) and check_every >= 1),
-        "trainer.check_val_every_n_epoch",
-        "an integer >= 1 or null",
-    )
-    sanity = _get(cfg, "trainer.num_sanity_val_steps")
-    need(
-        sanity is None or (_is_int(sanity) and sanity >= -1),
-        "trainer.num_sanity_val_steps",
-        "an integer >= 0, or -1 for the whole validation set",
-    )
     problems += _group_type_problems(cfg, ("data", "model", "trainer", "callbacks", "logger"), problems)
+    lr, scale = _get(cfg, "model.optimizer.lr"), _get(cfg, "model.encoder.lr_scale")
+    both = _is_number(lr) and _is_number(scale) and LEARNING_RATE.holds(lr) and LR_SCALE.holds(scale)
+    if both and not LEARNING_RATE.holds(lr * scale):  # the encoder's rate: held to the bound on lr
+        problems.append(
+            f"model.encoder.lr_scale={scale!r}: the encoder trains at lr_scale x model.optimizer.lr = "
+            f"{lr * scale:g}; expected {LEARNING_RATE.describe('a rate')} (the bound on model.optimizer.lr)"
+        )
     model = OmegaConf.to_container(cfg.model, resolve=True)  # feature_dim: ${..encoder.out_dim} -> 112
     network = {k: v for k, v in model.items() if k in ("encoder", "decoder")}
     for where, value, lowest, highest in bad_sizes(network, "model", skip=("vocab_size",)):

@@ -17,7 +17,7 @@ from captioning.data.sources import RecordSource, SyntheticSource
 from captioning.inference.captioner import Captioner
 from captioning.inference.evaluation import decode_source
 from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN
-from captioning.training.preflight import check_model_config
+from captioning.training.startup import check_model_config
 from captioning.training.train import train
 
 from support import CONF, FLICKR8K, HAS_FLICKR8K

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from captioning.data.sources import CaptionSource, SyntheticSource
+from captioning.errors import ConfigError
 from captioning.inference.evaluation import evaluate_checkpoint
 from captioning.metrics.scenes import scene_scores
 from captioning.training.train import train
-from captioning.training.validate import ConfigError, check_config
+from captioning.training.validate import check_config
 
 from support import TINY, compose_train
 

@@ -22,6 +22,8 @@ from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.models.attention.soft import AdditiveAttention
 from captioning.models.decoders.lstm import LSTMDecoder
 
+from support.helpers import PLAIN_REINFORCE
+
 
 class CoinAttention(AttentionLayer):
     """Samples one cell from a linear score in training (three samples per caption); in eval mode the
@@ -83,7 +85,8 @@ def test_the_base_class_declares_a_deterministic_soft_layer() -> None:
     with soft.inference_context("expected"):  # nothing to switch
         pass
     for cls in (ReinforceHardAttention, GumbelHardAttention):
-        layer = cls(feature_dim=5, query_dim=4, attention_dim=6)
+        plain = PLAIN_REINFORCE if cls is ReinforceHardAttention else {}  # one sample per step
+        layer = cls(feature_dim=5, query_dim=4, attention_dim=6, **plain)
         assert layer.stochastic and layer.inference_contexts == ("cell", "expected")
         assert layer.samples_per_step == 1
         assert layer.location_policy == (cls is ReinforceHardAttention)  # Gumbel's cells train by relaxation

@@ -64,6 +64,9 @@ def test_fine_tune_from_none_last_all_trains_the_named_stages(family: str) -> No
         make(freeze=False, fine_tune_from="last")
     with pytest.raises(ValueError, match="lr_scale must be > 0"):
         make(freeze=True, lr_scale=0.0)
+    with pytest.raises(ValueError, match="lr_scale must be > 0 and <= 10"):
+        make(freeze=True, lr_scale=11.0)  # beyond the bound declared once in captioning.bounds.LR_SCALE
+    assert make(freeze=True, lr_scale=10.0).lr_scale == 10.0
 
 
 def test_resnet_fine_tune_from_numbers_keep_their_meaning() -> None:

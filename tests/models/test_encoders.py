@@ -187,7 +187,9 @@ def test_resnet_freeze_keeps_params_and_bn_stats_fixed_in_train_mode() -> None:
 
 
 def test_resnet_fine_tune_from_trains_only_late_stages() -> None:
-    enc = TorchvisionEncoder("resnet18", pretrained=False, freeze=True, fine_tune_from=3, grid_size=2).train()
+    enc = TorchvisionEncoder(
+        "resnet18", pretrained=False, freeze=True, fine_tune_from=3, grid_size=2, bn_eval=False
+    ).train()  # bn_eval=False: the trained stages' BN statistics move
     grads = {name.split(".")[0]: p.requires_grad for name, p in enc.named_parameters()}
     assert grads == {
         "conv1": False,
@@ -382,7 +384,8 @@ def test_configs_instantiate_the_documented_encoders() -> None:
         assert isinstance(lite, EfficientNetLiteEncoder) and lite.variant == variant
         assert (lite.out_dim, lite.grid_size, lite.stage, lite.trainable) == (dim, 14, "stride16", False)
     for arch in ("resnet50", "resnet101"):
-        cfg = _config(arch)
+        cfg = OmegaConf.merge(_config("resnet101"), _config(arch))  # resnet50 composes resnet101
+        cfg.pop("defaults", None)
         with pytest.raises(InstantiationException, match="pretrained: false"):
             instantiate(cfg)  # weights_path: null must be set by the user (Hydra wraps the error)
         enc = instantiate(cfg, pretrained=False)

@@ -34,8 +34,15 @@ def assert_step_matches_forward(decoder, features, tokens, full) -> None:
         torch.testing.assert_close(att, full.attention[:, t], atol=1e-5, rtol=1e-5)
 
 
+# REINFORCE as the paper states it, before the recipe's curriculum (the constructor's defaults).
+PLAIN_REINFORCE = {"baseline": "moving_average", "num_samples": 1, "credit": "caption", "semi_sampling_final": None,
+                   "entropy_weight_final": None, "anneal_steps": 0, "entropy_anneal_start": 0}  # fmt: skip
+
+
 def reinforce_layer(**kwargs) -> ReinforceHardAttention:
-    """A small REINFORCE attention layer in training mode: no entropy bonus, every batch sampled, unless
-    the keyword arguments say otherwise."""
-    kwargs = {"entropy_weight": 0.0, "semi_sampling_p": 0.0, **kwargs}
+    """A small REINFORCE attention layer in training mode: the plain estimator (one sample, a moving-average
+    baseline, the caption's reward for every location, no curriculum), no entropy bonus, every batch
+    sampled, unless the keyword arguments say otherwise (the constructor's defaults are the tuned recipe of
+    captioning/conf/model/decoder/attention/hard_reinforce.yaml)."""
+    kwargs = {"entropy_weight": 0.0, "semi_sampling_p": 0.0, **PLAIN_REINFORCE, **kwargs}
     return ReinforceHardAttention(feature_dim=5, query_dim=4, attention_dim=6, **kwargs).train()

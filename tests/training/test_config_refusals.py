@@ -214,6 +214,14 @@ def test_unknown_decoder_option_is_refused() -> None:
             "entropy_weight=-1 must be >= 0",
         ),
         ("model.optimizer.lr=-0.1", "model.optimizer.lr=-0.1: expected a number in (0, 10)"),
+        # The encoder's rate is lr_scale x lr: its scale is bounded, and the product held to the bound on lr.
+        ("model.encoder.lr_scale=1e9", "model.encoder.lr_scale=1000000000.0: expected a number in (0, 10]"),
+        ("model.encoder.lr_scale=0", "model.encoder.lr_scale=0: expected a number in (0, 10]"),
+        (
+            "model.optimizer.lr=2 model.encoder.lr_scale=8",
+            "model.encoder.lr_scale=8: the encoder trains at lr_scale x model.optimizer.lr = 16; expected a rate "
+            "in (0, 10)",
+        ),
         ("model.decoding.max_new_tokens=0", "max_new_tokens=0: expected an integer in [1, 1000]"),
         ("model.val_metrics=[BLEU4]", "model.val_metrics=['BLEU4']: expected a non-empty list of Bleu_1"),
         ("callbacks.model_checkpoint.monitor=val/CIDER", "callbacks.model_checkpoint.monitor='val/CIDER'"),
@@ -240,7 +248,7 @@ def test_config_values_are_checked_before_anything_runs(
     override, fragment, tmp_path, no_data_no_training
 ) -> None:
     """One line naming the key, the value and what was expected; no data read, no model built, in seconds."""
-    from captioning.training.validate import ConfigError
+    from captioning.errors import ConfigError
 
     cfg = compose_train([*TINY, *override.split()], tmp_path)
     with pytest.raises(ConfigError) as info:
@@ -250,7 +258,7 @@ def test_config_values_are_checked_before_anything_runs(
 
 
 def test_a_vocabulary_of_special_tokens_only_is_refused(tmp_path) -> None:
-    from captioning.training.validate import ConfigError
+    from captioning.errors import ConfigError
 
     cfg = compose_train([*TINY, "data.min_word_count=100000"], tmp_path)
     with pytest.raises(ConfigError, match="data.min_word_count=100000: no word of the training captions"):
@@ -258,7 +266,7 @@ def test_a_vocabulary_of_special_tokens_only_is_refused(tmp_path) -> None:
 
 
 def test_a_data_source_argument_of_the_wrong_type_is_refused_before_reading(tmp_path) -> None:
-    from captioning.training.validate import ConfigError
+    from captioning.errors import ConfigError
 
     cfg = compose_train([*TINY, "data.train.seed=abc"], tmp_path)  # (the fixture above would hide the source)
     with pytest.raises(ConfigError, match=r"data.train.seed='abc': expected an integer \(argument of"):
@@ -266,7 +274,7 @@ def test_a_data_source_argument_of_the_wrong_type_is_refused_before_reading(tmp_
 
 
 def test_a_callback_refusing_its_arguments_is_one_config_error_line(tmp_path) -> None:
-    from captioning.training.validate import ConfigError
+    from captioning.errors import ConfigError
 
     cfg = compose_train([*TINY, "callbacks.progress_lines.every_n_steps=-1"], tmp_path)
     with pytest.raises(ConfigError) as info:

@@ -13,9 +13,8 @@ import pytest
 from PIL import Image
 
 from captioning.cli.main import main
-from captioning.errors import one_line
+from captioning.errors import ConfigError, one_line
 from captioning.training.train import train
-from captioning.training.validate import ConfigError
 
 from support import TINY, compose_train
 

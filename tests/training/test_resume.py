@@ -22,9 +22,9 @@ from captioning.checkpoints import save as checkpoint_io
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.save import AtomicCheckpointIO, atomic_torch_save
 from captioning.data.sources import SyntheticSource
+from captioning.errors import ConfigError
 from captioning.training.resume import ResumeError, check_resume_matches, resolve_ckpt_path
 from captioning.training.train import train
-from captioning.training.validate import ConfigError
 
 from support import REPO, TINY, compose_train
 from support.corpus import build_module, checkpoint_dict, write_checkpoint

@@ -15,12 +15,13 @@ from omegaconf import OmegaConf, open_dict
 from pycocoevalcap.cider.cider import Cider
 
 from captioning.checkpoints.load import CheckpointError, load_captioner
+from captioning.errors import ConfigError
 from captioning.metrics.cider import CiderD
 from captioning.models.attention.estimators import leave_one_out_baseline
 from captioning.training.build import build_model
 from captioning.training.resume import ResumeError
 from captioning.training.train import StoppedBySignal, train
-from captioning.training.validate import ConfigError, check_config
+from captioning.training.validate import check_config
 
 from support import SHARED_DATA, TINY, compose_train
 
@@ -282,7 +283,7 @@ def test_an_scst_run_stopped_by_sigterm_resumes_with_the_command_its_message_adv
     ],
 )
 def test_sampling_settings_that_fail_at_the_first_step_are_refused_at_start_up(tmp_path, override, fragment):
-    from captioning.training.preflight import check_model_config
+    from captioning.training.startup import check_model_config
 
     cfg = compose_train([*TINY, "objective=scst", "init_from=x.ckpt", override], tmp_path)
     with pytest.raises(ConfigError, match=rf"^model(\.\w+)?: objective scst: {fragment}"):

@@ -25,7 +25,8 @@ from captioning.inference.captioner import Captioner
 from captioning.inference.viz import upsample_attention
 from captioning.training.build import build_net
 from captioning.training.callbacks.wandb_table import COLUMNS, Example, WandbAttentionTable, caption_examples
-from captioning.training.train import instantiate_dict, train
+from captioning.training.startup import instantiate_dict
+from captioning.training.train import train
 
 from support import REPO, TINY, compose_train
 

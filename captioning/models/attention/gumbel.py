@@ -31,7 +31,7 @@ class GumbelHardAttention(HardAttention):
         self,
         feature_dim: int,
         query_dim: int,
-        attention_dim: int = 512,
+        attention_dim: int = 128,
         tau_start: float = 1.0,
         tau_min: float = 0.5,
         tau_decay: float = 1.0e-4,

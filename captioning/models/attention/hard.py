@@ -56,7 +56,7 @@ class HardAttention(AdditiveAttention):
     inference_contexts = ("cell", "expected")  # GenerationConfig.hard_attention
 
     def __init__(
-        self, feature_dim: int, query_dim: int, attention_dim: int = 512, sample_at_inference: bool = False
+        self, feature_dim: int, query_dim: int, attention_dim: int = 128, sample_at_inference: bool = False
     ):
         super().__init__(feature_dim, query_dim, attention_dim)
         self.sample_at_inference = sample_at_inference

@@ -23,7 +23,7 @@ from captioning.models.attention.base import AttentionLayer, per_image
 
 
 class AdditiveAttention(AttentionLayer):
-    def __init__(self, feature_dim: int, query_dim: int, attention_dim: int = 512):
+    def __init__(self, feature_dim: int, query_dim: int, attention_dim: int = 128):
         super().__init__()
         self.feature_dim, self.query_dim, self.attention_dim = feature_dim, query_dim, attention_dim
         self.key_proj = nn.Linear(feature_dim, attention_dim)  # W_k (its bias plays the role of b)

@@ -31,12 +31,12 @@ class LSTMDecoder(Decoder):
         attention: AttentionLayer | Callable[..., AttentionLayer],
         vocab_size: int,
         feature_dim: int,
-        embed_dim: int = 512,
-        hidden_dim: int = 512,
-        dropout: float = 0.5,
+        embed_dim: int = 128,
+        hidden_dim: int = 256,
+        dropout: float = 0.2,
         gate: bool = True,
         position_dim: int = 32,
-        alpha_c: float = 1.0,
+        alpha_c: float = 0.0,
         entropy_c: float = 0.0,
     ):
         """``attention``: a layer, or (as the configs give it, ``_partial_: true``) a factory that takes

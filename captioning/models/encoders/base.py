@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from captioning.bounds import LEARNING_RATE, LR_SCALE
+
 
 class ImageEncoder(nn.Module):
     """Shared behaviour: grid pooling, named stages, freezing and fine-tuning (BN kept in eval mode where
@@ -146,9 +148,10 @@ class ImageEncoder(nn.Module):
     ) -> None:
         """Freeze the stages before the first trained one (see the module docstring); needs ``_stages``."""
         what, names = type(self).__name__, self.stage_names
-        if not lr_scale > 0:
+        if not LR_SCALE.holds(lr_scale):  # its bound, declared once (captioning.bounds)
             raise ValueError(
-                f"{what}: lr_scale must be > 0 (encoder LR = lr_scale x the optimizer's lr), got {lr_scale}"
+                f"{what}: lr_scale must be > 0 and <= {LR_SCALE.high} (encoder LR = lr_scale x the "
+                f"optimizer's lr, itself below {LEARNING_RATE.high}), got {lr_scale}"
             )
         if fine_tune_from is not None and not freeze:
             raise ValueError("fine_tune_from only applies with freeze=True (freeze=False trains everything)")

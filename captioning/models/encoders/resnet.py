@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Annotated
 
 import torch
 import torchvision
 
+from captioning.bounds import LR_SCALE
 from captioning.models.encoders.base import ImageEncoder, check_out_dim, missing_weights_message
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -33,8 +35,8 @@ class TorchvisionEncoder(ImageEncoder):
         grid_size: int = 14,
         fine_tune_from: str | int | None = None,
         out_dim: int | None = None,
-        bn_eval: bool = False,
-        lr_scale: float = 1.0,
+        bn_eval: bool = True,
+        lr_scale: Annotated[float, LR_SCALE] = 0.1,
     ):
         super().__init__()
         if arch not in RESNET_ARCHS:

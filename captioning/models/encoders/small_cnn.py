@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from torch import nn
 
+from captioning.bounds import LR_SCALE
 from captioning.models.encoders.base import ImageEncoder
 
 
@@ -43,7 +46,7 @@ class SmallCNN(ImageEncoder):
     def __init__(
         self,
         out_dim: int = 128,
-        grid_size: int = 6,
+        grid_size: int = 12,
         width: int = 32,
         context_kernel: int = 3,
         centred: bool = False,
@@ -51,7 +54,7 @@ class SmallCNN(ImageEncoder):
         freeze: bool = False,
         fine_tune_from: str | int | None = None,
         bn_eval: bool = False,
-        lr_scale: float = 1.0,
+        lr_scale: Annotated[float, LR_SCALE] = 1.0,
     ):
         super().__init__()
         if out_dim < 1 or grid_size < 1 or width < 1:
