@@ -44,7 +44,7 @@ def _validation_follows(trainer: pl.Trainer) -> bool:
 
 
 class PeriodicCheckpoint(ModelCheckpoint):
-    def __init__(self, every_n_minutes: float | None = None, **kwargs) -> None:
+    def __init__(self, every_n_minutes: float | None = 10.0, **kwargs) -> None:
         """``every_n_minutes``: also save once that many minutes of wall-clock time have passed since the
         last save (rank 0's clock decides for all ranks); None: by steps only. The time interval is what
         a job loses at most to a kill that gives no warning (SIGKILL, a node failure): a preemption's
