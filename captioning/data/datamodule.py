@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 from captioning.bounds import AtLeast, Between, check_bounds
 from captioning.data.features import image_key
 from captioning.data.images import TrainAugment, image_to_tensor
+from captioning.data.resumable import ResumableLoader
 from captioning.data.sources import CaptionSource, MissingSplit, RecordSource
 from captioning.data.tokenize import tokenize
 from captioning.data.verify import POLICIES, apply_policy, check_images
@@ -253,7 +254,22 @@ class CaptionDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         dataset = PairDataset if self.train_items == "pairs" else ImageDataset
-        return self._loader(dataset(self.split("train"), self.inputs("train")), self.batch_size, shuffle=True)
+        return ResumableLoader(  # a run resumed mid-epoch goes on with the same batches (resumable.py)
+            dataset(self.split("train"), self.inputs("train")),
+            self.batch_size,
+            self._train_position,
+            num_workers=self.num_workers,
+            collate_fn=collate,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def _train_position(self) -> tuple[int, int] | None:
+        """(current epoch, batches trained in it): read at a checkpoint save, inside a training batch's end
+        hooks or after the epoch's validation, when ``processed`` counts the batch just trained."""
+        trainer = self.trainer
+        if trainer is None:
+            return None
+        return trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_progress.current.processed
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(ImageDataset(self.split("val"), self.inputs("val")), self.eval_batch_size, False)

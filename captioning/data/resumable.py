@@ -1,0 +1,71 @@
+"""A training loader that a run resumed mid-epoch continues exactly where it stopped.
+
+Lightning saves the ``state_dict`` of a training DataLoader that has one in every checkpoint and hands it
+back, on resume, before the first batch is drawn (``FitLoop._load_combined_loader_states``). With a plain
+shuffled loader a run resumed mid-epoch draws a fresh permutation and sees some images twice and others not
+at all in that epoch; a preempted SLURM job then ends with other weights than an uninterrupted one.
+
+Here the order of epoch ``e`` is a function of the run's seed and ``e`` alone (``torch.initial_seed()``,
+which ``seed_everything`` set, plus ``e``): no draw from the global generator, so the order does not depend
+on what ran before. The state is (epoch, batches already trained in it); the resumed epoch skips those
+batches' indices without reading their images. Under DDP Lightning replaces a ``RandomSampler`` (this is
+one) with its ``DistributedSampler``, which orders epochs by seed and epoch too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+
+class EpochShuffle(RandomSampler):
+    """A permutation of ``range(len(data))`` fixed by (seed, epoch); ``skip`` leading indices dropped."""
+
+    def __init__(self, data: Dataset, seed: int) -> None:
+        super().__init__(data)
+        self.seed, self.epoch, self.skip = seed, 0, 0
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(len(self.data_source), generator=generator).tolist()
+        return iter(order[self.skip :])
+
+
+class ResumableLoader(DataLoader):
+    """A shuffled DataLoader whose position (epoch, batches trained in it) travels in the checkpoint.
+
+    ``position`` returns (the trainer's current epoch, batches trained in it so far), or None outside a fit;
+    it is read when Lightning asks for the state, at a checkpoint save."""
+
+    def __init__(
+        self, dataset: Dataset, batch_size: int, position: Callable[[], tuple[int, int] | None], **kw
+    ):
+        sampler = EpochShuffle(dataset, seed=torch.initial_seed())
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler, drop_last=False, **kw)
+        self._position, self._epochs_iterated, self._resume = position, 0, None
+
+    def __iter__(self):
+        sampler: EpochShuffle = self.sampler  # type: ignore[assignment]
+        if self._resume is not None:  # the first epoch after a resume: where the checkpoint left it
+            sampler.epoch, batches = self._resume
+            sampler.skip = batches * self.batch_size
+            self._resume = None
+        else:
+            where = self._position()
+            sampler.epoch, sampler.skip = (where[0] if where else self._epochs_iterated), 0
+        self._epochs_iterated = sampler.epoch + 1
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        return super().__len__()  # the whole epoch's batches: Lightning counts a resumed epoch from its start
+
+    def state_dict(self) -> dict[str, int]:
+        epoch, batches = self._position() or (self._epochs_iterated, 0)
+        if batches * self.batch_size >= len(self.dataset):  # saved after the epoch's last batch: the next one
+            epoch, batches = epoch + 1, 0
+        return {"epoch": epoch, "batches": batches}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._resume = (int(state["epoch"]), int(state["batches"]))

@@ -1,0 +1,53 @@
+"""ExactResume: a run resumed from ``last.ckpt`` goes on as the uninterrupted run would have: the same
+batches in the same order (captioning/data/resumable.py) and the same random draws (dropout masks, SCST's
+sampled captions, Gumbel noise), so a preempted and requeued job ends with the uninterrupted run's weights
+(tests/training/test_requeue.py).
+
+- Random generators: Python's, NumPy's and torch's (CUDA's per device too) travel in the checkpoint as
+  plain lists and tensors, which ``torch.load(weights_only=True)`` reads. ``seed_everything`` alone would
+  replay the first steps' random numbers on the resumed steps.
+- The loader's position: Lightning saves a stateful training loader's ``state_dict`` and loads it when it
+  sets up the training data. But the learning-rate schedule asks for ``trainer.estimated_stepping_batches``
+  while the optimizers are configured, before the checkpoint is restored, and that sets the data up (and
+  draws the first batch) early, so the saved position is never applied. ``on_train_start`` runs after the
+  restore: it applies the position and starts the epoch's iterator again.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+
+class ExactResume(pl.Callback):
+    def state_dict(self) -> dict[str, Any]:
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        version, internal, gauss_next = random.getstate()
+        state = {
+            "torch": torch.get_rng_state(),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "python": [version, list(internal), gauss_next],
+        }
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        torch.set_rng_state(state["torch"])
+        kind, keys, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+        version, internal, gauss_next = state["python"]
+        random.setstate((version, tuple(internal), gauss_next))
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        loop = trainer.fit_loop
+        if not (loop.restarting and loop._combined_loader_states_to_load and loop._data_fetcher is not None):
+            return  # a fresh run, or a loader without a saved position
+        loop._load_combined_loader_states()  # the loaders' load_state_dict (ResumableLoader's position)
+        iter(loop._data_fetcher)  # the resumed epoch's iterator, from that position
