@@ -8,8 +8,9 @@ at all in that epoch; a preempted SLURM job then ends with other weights than an
 Here the order of epoch ``e`` is a function of the run's seed and ``e`` alone (``torch.initial_seed()``,
 which ``seed_everything`` set, plus ``e``): no draw from the global generator, so the order does not depend
 on what ran before. The state is (epoch, batches already trained in it); the resumed epoch skips those
-batches' indices without reading their images. Under DDP Lightning replaces a ``RandomSampler`` (this is
-one) with its ``DistributedSampler``, which orders epochs by seed and epoch too.
+batches' indices without reading their images. Under DDP Lightning rebuilds the loader with its
+``DistributedSampler``, which orders epochs by seed and epoch too but starts a resumed epoch from its
+beginning.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 
 class EpochShuffle(RandomSampler):
@@ -40,14 +41,23 @@ class ResumableLoader(DataLoader):
     it is read when Lightning asks for the state, at a checkpoint save."""
 
     def __init__(
-        self, dataset: Dataset, batch_size: int, position: Callable[[], tuple[int, int] | None], **kw
+        self,
+        dataset: Dataset,
+        batch_size: int,
+        position: Callable[[], tuple[int, int] | None],
+        sampler: Sampler | None = None,
+        **kw,
     ):
-        sampler = EpochShuffle(dataset, seed=torch.initial_seed())
-        super().__init__(dataset, batch_size=batch_size, sampler=sampler, drop_last=False, **kw)
+        # ``sampler``: Lightning rebuilds the loader with its DistributedSampler under DDP (which orders epochs
+        # by seed and epoch too, but starts a resumed epoch from its beginning)
+        sampler = EpochShuffle(dataset, seed=torch.initial_seed()) if sampler is None else sampler
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kw)
         self._position, self._epochs_iterated, self._resume = position, 0, None
 
     def __iter__(self):
-        sampler: EpochShuffle = self.sampler  # type: ignore[assignment]
+        sampler = self.sampler
+        if not isinstance(sampler, EpochShuffle):  # Lightning's DistributedSampler (DDP): its own epochs
+            return super().__iter__()
         if self._resume is not None:  # the first epoch after a resume: where the checkpoint left it
             sampler.epoch, batches = self._resume
             sampler.skip = batches * self.batch_size

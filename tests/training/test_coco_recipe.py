@@ -198,6 +198,7 @@ def probe(out_dir: Path) -> list[str]:
     return [
         "+callbacks.rank_probe._target_=support.coco_replica.RankProbe",
         f"+callbacks.rank_probe.out_dir={out_dir}",
+        "allowed_targets=[support.coco_replica]",  # the probe is this suite's (config_safety.py)
     ]
 
 
