@@ -14,11 +14,12 @@ Help text is formatted at a fixed width (COLUMNS=100) so the pages do not depend
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from experiments.generated_pages import write_or_check
 
 COLUMNS = "100"
 os.environ["COLUMNS"] = COLUMNS  # argparse reads it when it formats help
@@ -130,26 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed page is stale")
     args = parser.parse_args(argv)
     pages = {OUT / "cli.md": cli_page(), OUT / "configs.md": configs_page()}
-    stale = []
-    for path, text in pages.items():
-        old = path.read_text(encoding="utf-8") if path.is_file() else ""
-        if old == text:
-            continue
-        if args.check:
-            stale.append(path)
-            diff = difflib.unified_diff(
-                old.splitlines(), text.splitlines(), str(path), "generated", lineterm=""
-            )
-            print("\n".join(list(diff)[:40]), file=sys.stderr)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(REPO)}")
-    if stale:
-        names = ", ".join(str(p.relative_to(REPO)) for p in stale)
-        print(f"stale: {names}; run python scripts/gen_reference.py and commit them", file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(pages, args.check, "scripts/gen_reference.py")
 
 
 if __name__ == "__main__":

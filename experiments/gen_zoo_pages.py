@@ -17,12 +17,13 @@ Only the text between ``<!-- zoo-facts:NAME -->`` and ``<!-- /zoo-facts:NAME -->
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from experiments.generated_pages import write_or_check
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO / "docs" / "models"
@@ -195,28 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed block is stale")
     args = parser.parse_args(argv)
-    stale = []
+    pages = {}
     for path, blocks in BLOCKS.items():
-        old = path.read_text(encoding="utf-8")
-        text = old
+        text = path.read_text(encoding="utf-8")
         for name, make in blocks.items():
             text = fill(text, name, make(), path)
-        if text == old:
-            continue
-        if args.check:
-            stale.append(path)
-            diff = difflib.unified_diff(
-                old.splitlines(), text.splitlines(), str(path), "generated", lineterm=""
-            )
-            print("\n".join(list(diff)[:40]), file=sys.stderr)
-        else:
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(REPO)}")
-    if stale:
-        names = ", ".join(str(p.relative_to(REPO)) for p in stale)
-        print(f"stale: {names}; run python scripts/gen_zoo_pages.py and commit them", file=sys.stderr)
-        return 1
-    return 0
+        pages[path] = text
+    return write_or_check(pages, args.check, "scripts/gen_zoo_pages.py")
 
 
 if __name__ == "__main__":
