@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.data.images import image_to_tensor
 from captioning.decoding import decode_captions
 from captioning.metrics.objects import COLORS, SIZES, object_accuracy
@@ -118,7 +118,7 @@ ABLATIONS = {
 
 @torch.no_grad()
 def measure(path: str, n: int) -> dict:
-    model = load_captioner(path)
+    model = load_checkpoint(path)
     data = scenes("project", n)
     images = torch.stack([image_to_tensor(img, model.image_size) for img, _, _ in data])  # (N, 3, S, S)
     truth = [objs for _, objs, _ in data]

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.data.images import image_to_tensor, load_rgb
 from captioning.data.readers import read_flickr8k
 from captioning.data.tokenize import tokenize
@@ -84,7 +84,7 @@ def mean_reward(decoder, features, tokens, per_token: bool, passes: int = 5) -> 
 
 
 def measure(path: str, root: str, n: int, repeats: int) -> dict:
-    model = load_captioner(path)
+    model = load_checkpoint(path)
     decoder, attention = model.net.decoder, model.net.decoder.attention
     if not isinstance(attention, ReinforceHardAttention):
         raise SystemExit(

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from captioning.checkpoints.ensemble import load_captioners
+from captioning.checkpoints.ensemble import load_checkpoints
 from captioning.config import compose_config
 from captioning.data.tokenize import tokenize
 from captioning.decoding import GenerationConfig
@@ -50,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg, _ = compose_config("eval", ["data=flickr8k", "split=val", *args.overrides])
     source, train = build_source(cfg.data, cfg.split), build_source(cfg.data, "train")
-    model = load_captioners(args.checkpoint)
+    model = load_checkpoints(args.checkpoint)
     cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
     bank = build_caption_bank(model, train, cache)
     reranker = ConsensusReranker(RerankConfig(), bank)

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from captioning.checkpoints.load import LoadedCheckpoint, load_captioner
+from captioning.checkpoints.load import LoadedCheckpoint, load_checkpoint
 from captioning.config import compose_config
 from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not label or not path:
             print(f"error: {spec!r}: expected label=checkpoint", file=sys.stderr)
             return 2
-        models[label] = load_captioner(path)
+        models[label] = load_checkpoint(path)
     cfg, _ = compose_config("eval", [f"data={args.data}", *args.override])
     data_cfg = cfg.data
     report: dict = {

@@ -13,7 +13,7 @@ import torch
 
 from captioning.checkpoints.export import half_floats, replace_with_partial, write_partial
 from captioning.checkpoints.format import CHECKPOINT_KEY
-from captioning.checkpoints.load import is_export, load_captioner, read_export
+from captioning.checkpoints.load import is_export, load_checkpoint, read_export
 from captioning.checkpoints.save import atomic_torch_save
 from captioning.decoding.config import GenerationConfig
 from captioning.zoo import refuse_zoo_write
@@ -23,7 +23,7 @@ def write_decoding_defaults(path: str | Path, options: dict[str, Any]) -> dict[s
     """Merge ``options`` into the stored decoding defaults of ``path``; returns the new defaults."""
     path = Path(path)
     refuse_zoo_write(path, "storing decoding defaults")  # its SHA-256 would no longer match
-    current = load_captioner(path).decoding  # the file is a valid checkpoint before it is touched
+    current = load_checkpoint(path).decoding  # the file is a valid checkpoint before it is touched
     decoding = GenerationConfig.from_dict(current).replace(**options).to_dict()
     if is_export(path):
         state, meta = read_export(path)

@@ -1,6 +1,6 @@
 """Several checkpoints decoded as one captioner: their decoders averaged over one shared encoder.
 
-``load_ensemble([A, B, ...])`` loads each file with ``load_captioner`` (every check of a single load
+``load_ensemble([A, B, ...])`` loads each file with ``load_checkpoint`` (every check of a single load
 applies) and joins their decoders in an ``EnsembleDecoder`` behind the first file's encoder. That is
 only the same model for every member when they read the same grid, so the files must agree on:
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from captioning.checkpoints.load import CheckpointError, LoadedCheckpoint, load_captioner
+from captioning.checkpoints.load import CheckpointError, LoadedCheckpoint, load_checkpoint
 from captioning.hashing import encoder_identity
 from captioning.models.caption_model import CaptionModel
 from captioning.models.decoders.ensemble import EnsembleDecoder
@@ -40,7 +40,7 @@ def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> Loa
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
         raise ValueError(f"an ensemble needs at least 2 checkpoints, got {len(paths)}")
-    members = [load_captioner(p, map_location) for p in paths]
+    members = [load_checkpoint(p, map_location) for p in paths]
     first = members[0]
     grid = encoder_identity(first.net.encoder, first.image_size)  # what the shared encoder must give
     for other in members[1:]:
@@ -83,8 +83,11 @@ def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> Loa
     )
 
 
-def load_captioners(paths: Sequence[str | Path], map_location: str = "cpu") -> LoadedCheckpoint:
+def load_checkpoints(paths: Sequence[str | Path], map_location: str = "cpu") -> LoadedCheckpoint:
     """One checkpoint as it is, several as their ensemble."""
     if len(paths) == 1:
-        return load_captioner(paths[0], map_location)
+        return load_checkpoint(paths[0], map_location)
     return load_ensemble(paths, map_location)
+
+
+load_captioners = load_checkpoints  # the 0.2 name

@@ -18,10 +18,10 @@ from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import (  # noqa: F401 - FORMAT, is_export, read_export: read here
     FORMAT,
     CheckpointError,
-    build_captioner,
+    checkpoint_from_state,
     checkpoint_parts,
     is_export,
-    load_captioner,
+    load_checkpoint,
     read_checkpoint,
     read_export,
 )
@@ -47,11 +47,11 @@ def export_checkpoint(
         suffix=".safetensors",  # every command reads it by its bytes, but a user reads the name
     )
     if checkpoint_path.is_file() and is_export(checkpoint_path):
-        load_captioner(checkpoint_path)  # a broken one is named for what is broken
+        load_checkpoint(checkpoint_path)  # a broken one is named for what is broken
         raise CheckpointError(f"{checkpoint_path}: is already a weights-only export (copy it instead)")
     checkpoint = read_checkpoint(checkpoint_path)  # read once: checked and exported from the same dict
     state, meta = checkpoint_parts(checkpoint, checkpoint_path)
-    build_captioner(state, meta, checkpoint_path)  # everything loading checks, naming the source
+    checkpoint_from_state(state, meta, checkpoint_path)  # everything loading checks, naming the source
     meta = dict(meta)
     if encoder_by_name:
         state, meta["encoder_weights"] = _without_encoder(state, meta, checkpoint_path)
@@ -68,7 +68,7 @@ def export_checkpoint(
     with target.replacing() as tmp:  # read back before it replaces anything: a previous export survives
         _save(state, meta, tmp)
         try:
-            load_captioner(tmp)
+            load_checkpoint(tmp)
         except CheckpointError as err:
             hint = " (weights beyond float16's range: export without --fp16)" if fp16 else ""
             raise CheckpointError(f"{out}: not written: the export would not load{hint}: {err}") from err
@@ -122,7 +122,7 @@ def _without_encoder(state: dict, meta: dict, path: Path) -> tuple[dict, dict]:
     """Leave out every encoder tensor that is still its weight package's (all of a frozen encoder; the
     frozen stages of one fine-tuned from a stage on) and record their SHA-256; the tensors training
     changed stay in the export. Loading rebuilds the encoder from the package, checks the hash of the
-    tensors it supplies, and loads the stored ones over them (``load.build_captioner``)."""
+    tensors it supplies, and loads the stored ones over them (``load.checkpoint_from_state``)."""
     import hydra
     import torch
     from omegaconf import OmegaConf

@@ -205,15 +205,15 @@ def _provenance(value: Any, path: Path) -> dict:
     return dict(value)
 
 
-def load_captioner(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedCheckpoint:
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> LoadedCheckpoint:
     """Rebuild the captioner of a training checkpoint (.ckpt) or a weights-only export (.safetensors).
 
     Every way a file can be unusable raises one :class:`CheckpointError` naming the file and the reason."""
     path = Path(path)
-    return build_captioner(*read_weights_and_meta(path, map_location), path)
+    return checkpoint_from_state(*read_weights_and_meta(path, map_location), path)
 
 
-def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCheckpoint:
+def checkpoint_from_state(state: dict, meta: dict, path: Path) -> LoadedCheckpoint:
     """The captioner of an already read state dict and plain-data entry; ``path`` names them in errors."""
     try:
         vocab = Vocab.from_dict(meta["vocab"])
@@ -282,3 +282,6 @@ def build_captioner(state: dict, meta: dict, path: Path) -> LoadedCheckpoint:
         provenance=_provenance(meta.get("provenance"), path),
         net_config=meta.get("net_config"),
     )
+
+
+load_captioner = load_checkpoint  # the 0.2 name (it returns a LoadedCheckpoint, not a Captioner)

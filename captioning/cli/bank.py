@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from captioning.checkpoints.load import load_captioner
+    from captioning.checkpoints.load import load_checkpoint
     from captioning.config import compose_config
     from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import build_source
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         cfg, _ = compose_config("eval", ["split=train", *args.overrides])
         check_eval_config(cfg)
         source = build_source(cfg.data, cfg.split)
-        model = load_captioner(args.checkpoint)
+        model = load_checkpoint(args.checkpoint)
         cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
         skipped: list[str] = []  # unreadable images, left out of the bank: one line each below
         bank = build_caption_bank(model, source, cache, skipped=skipped)

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
     from captioning import progress
     from captioning.checkpoints.defaults import write_decoding_defaults
-    from captioning.checkpoints.ensemble import load_captioners, members_label, members_stem
+    from captioning.checkpoints.ensemble import load_checkpoints, members_label, members_stem
     from captioning.config import compose_config
     from captioning.decoding.captions import BrokenOutput
     from captioning.decoding.config import GenerationConfig, check_option
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         source = build_source(cfg.data, cfg.split)
         if len(source) < 2:  # the choice is checked on a held-out half: each half needs an image
             raise ValueError(f"the {cfg.split} split has {len(source)} image(s); tuning needs at least 2")
-        model = load_captioners(args.checkpoint)
+        model = load_checkpoints(args.checkpoint)
         if args.hard_attention and not hard_attention_layers(model.net.decoder):
             raise ValueError(
                 f"--hard-attention: {label} has no hard attention to decode either way (soft "

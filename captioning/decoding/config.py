@@ -30,7 +30,7 @@ from typing import Any
 from captioning.bounds import Between
 
 # Names of earlier checkpoints, CLIs and configs, and the option each became.
-LEGACY_NAMES = {"beam_size": "num_beams", "max_length": "max_new_tokens"}
+LEGACY_OPTIONS = {"beam_size": "num_beams", "max_length": "max_new_tokens"}
 
 
 def option(
@@ -96,7 +96,7 @@ class GenerationConfig:
             )
         renamed: dict[str, Any] = {}
         for name, value in dict(options or {}).items():
-            name = LEGACY_NAMES.get(name, name)
+            name = LEGACY_OPTIONS.get(name, name)
             if name not in known:
                 raise ValueError(
                     f"{where}: unknown decoding option {name!r}; expected one of {sorted(known)}"
@@ -117,7 +117,7 @@ class GenerationConfig:
         if not changed:
             return self
         merged = {**self.to_dict(), **changed}
-        named = {LEGACY_NAMES.get(k, k) for k in changed}
+        named = {LEGACY_OPTIONS.get(k, k) for k in changed}
         if changed.get("do_sample") is True and "num_beams" not in named:
             merged["num_beams"] = 1
         return GenerationConfig.from_dict(merged)

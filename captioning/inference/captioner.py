@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from PIL import Image
 
-from captioning.checkpoints.ensemble import load_captioners
+from captioning.checkpoints.ensemble import load_checkpoints
 from captioning.checkpoints.load import LoadedCheckpoint
 from captioning.data.images import image_to_tensor
 from captioning.decoding import GenerationConfig
@@ -132,7 +132,7 @@ class Captioner:
                 f"from_checkpoint: path={path!r}; expected the path of a .ckpt or .safetensors file "
                 "(or a list of them, for their ensemble)"
             )
-        return cls(load_captioners(paths), device=device, bf16=bf16)
+        return cls(load_checkpoints(paths), device=device, bf16=bf16)
 
     @classmethod
     def from_pretrained(cls, name: str, device: str = "cpu", bf16: bool = False) -> Captioner:

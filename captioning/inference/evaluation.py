@@ -26,7 +26,7 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from captioning.checkpoints.ensemble import load_captioners, members_label
+from captioning.checkpoints.ensemble import load_checkpoints, members_label
 from captioning.data.readers import DatasetError
 from captioning.data.sources import CaptionSource, MissingSplit, SyntheticSource
 from captioning.inference.batch_decoder import BatchDecoder
@@ -147,7 +147,7 @@ def evaluate_checkpoint(
     paths = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
     if rerank is not None:  # options the reranking sets itself: refused before anything is loaded
         rerank.check_decoding(decoding or {}, "decoding")
-    model = load_captioners(paths)
+    model = load_checkpoints(paths)
     model.net.to(device)
     decoding = (
         BatchDecoder.of(model)

@@ -47,7 +47,7 @@ MODEL_CLASSES: dict[str, type] = {
 }
 
 # Names that checkpoints of earlier versions carry, and the class they now mean.
-LEGACY_NAMES: dict[str, str] = {
+LEGACY_TARGETS: dict[str, str] = {
     "captioning.models.captioner.Captioner": "captioning.models.caption_model.CaptionModel",
     # models/captioner.py became models/caption_model.py (inference/captioner.py is the user-facing Captioner).
     "captioning.models.captioner.CaptionModel": "captioning.models.caption_model.CaptionModel",
@@ -68,13 +68,13 @@ LEGACY_KEYS: dict[str, dict[str, str]] = {
 
 def canonical_name(target: str) -> str | None:
     """The registered name ``target`` stands for (itself, or what a legacy name became); None if neither."""
-    target = LEGACY_NAMES.get(target, target)
+    target = LEGACY_TARGETS.get(target, target)
     return target if target in MODEL_CLASSES else None
 
 
 def modernise_config(node: Any) -> None:
     """Today's class names and keys in a saved network config, in place: every ``_target_`` that
-    ``LEGACY_NAMES`` knows, and the keys of ``LEGACY_KEYS`` (a node that already has the new key keeps
+    ``LEGACY_TARGETS`` knows, and the keys of ``LEGACY_KEYS`` (a node that already has the new key keeps
     it; the old one is dropped). Unknown targets are left for the caller to refuse."""
     if isinstance(node, dict):
         if "_target_" in node:

@@ -124,10 +124,10 @@ class CaptionLitModule(pl.LightningModule):
         attention checkpoint starts a hard-attention run (soft-to-hard), whose REINFORCE baseline and
         step counters then start from zero, and a learned baseline's value head (``value_head``, the one
         parameter set that belongs to the estimator, not the captioner) from its initialisation."""
-        from captioning.checkpoints.load import CheckpointError, load_captioner
+        from captioning.checkpoints.load import CheckpointError, load_checkpoint
         from captioning.data.vocab import vocabulary_difference
 
-        loaded = load_captioner(path)
+        loaded = load_checkpoint(path)
         if loaded.vocab.itos != self.vocab.itos:
             raise CheckpointError(
                 f"init_from={path}: its vocabulary is not this run's "
@@ -298,9 +298,9 @@ class CaptionLitModule(pl.LightningModule):
         network config through the closed registry (``captioning.checkpoints.load``). For inference,
         ``captioning.Captioner.from_checkpoint`` is the simpler way. ``overrides``: constructor arguments
         such as ``optimizer`` or ``val_metrics``."""
-        from captioning.checkpoints.load import load_captioner
+        from captioning.checkpoints.load import load_checkpoint
 
-        loaded = load_captioner(checkpoint_path, map_location or "cpu")
+        loaded = load_checkpoint(checkpoint_path, map_location or "cpu")
         arguments = {
             "encoder": loaded.net.encoder,
             "decoder": loaded.net.decoder,

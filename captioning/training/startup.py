@@ -106,9 +106,9 @@ def check_init_from(path: str | None) -> None:
     """The ``init_from`` file loads as a captioner (CheckpointError naming it otherwise), before the data
     are read: its fit with this run's vocabulary and network is checked when the weights are copied."""
     if path:
-        from captioning.checkpoints.load import load_captioner
+        from captioning.checkpoints.load import load_checkpoint
 
-        load_captioner(path)
+        load_checkpoint(path)
 
 
 def instantiate(node: Any, **kwargs: Any) -> Any:

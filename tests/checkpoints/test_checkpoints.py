@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
-from captioning.checkpoints.load import CheckpointError, load_captioner, read_checkpoint
+from captioning.checkpoints.load import CheckpointError, load_checkpoint, read_checkpoint
 from captioning.cli.main import main
 from captioning.decoding import GenerationConfig
 
@@ -40,7 +40,7 @@ def good(tmp_path: Path) -> Path:
 
 
 def test_good_checkpoint_round_trips_weights_vocab_and_decoding(good: Path) -> None:
-    loaded = load_captioner(good)
+    loaded = load_checkpoint(good)
     saved = torch.load(good, weights_only=True)
     assert loaded.vocab.itos == saved[CHECKPOINT_KEY]["vocab"]["itos"]
     assert loaded.decoding == GenerationConfig(num_beams=1, max_new_tokens=6).to_dict()
@@ -61,7 +61,7 @@ def test_a_file_that_is_not_a_checkpoint_is_refused(tmp_path: Path, content: byt
     path = tmp_path / "model.ckpt"
     path.write_bytes(content)
     with pytest.raises(CheckpointError) as info:
-        load_captioner(path)
+        load_checkpoint(path)
     assert str(info.value).startswith(f"{path}: {fragment}")
 
 
@@ -70,7 +70,7 @@ def test_a_zip_that_is_not_a_torch_file_is_refused(tmp_path: Path) -> None:
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("weights.txt", "0.1 0.2 0.3")
     with pytest.raises(CheckpointError, match=rf"^{path}: not a readable checkpoint"):
-        load_captioner(path)
+        load_checkpoint(path)
 
 
 @pytest.mark.parametrize(
@@ -84,12 +84,12 @@ def test_a_torch_file_from_elsewhere_is_not_a_captioning_checkpoint(tmp_path: Pa
     with pytest.raises(
         CheckpointError, match=rf"^{path}: not a captioning checkpoint \(expected 'state_dict'"
     ):
-        load_captioner(path)
+        load_checkpoint(path)
 
 
 def test_a_missing_checkpoint_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=rf"^{tmp_path / 'nope.ckpt'}: no such checkpoint file"):
-        load_captioner(tmp_path / "nope.ckpt")
+        load_checkpoint(tmp_path / "nope.ckpt")
 
 
 @pytest.mark.parametrize("keep", [0.98, 0.5, 0.02])
@@ -100,7 +100,7 @@ def test_a_truncated_checkpoint_is_refused(good: Path, tmp_path: Path, keep: flo
     with pytest.raises(
         CheckpointError, match=rf"^{cut}: not a readable checkpoint \(truncated or not a torch file"
     ):
-        load_captioner(cut)
+        load_checkpoint(cut)
 
 
 def test_a_checkpoint_whose_vocabulary_does_not_fit_its_decoder_is_refused(tmp_path: Path) -> None:
@@ -108,7 +108,7 @@ def test_a_checkpoint_whose_vocabulary_does_not_fit_its_decoder_is_refused(tmp_p
     checkpoint[CHECKPOINT_KEY]["vocab"]["itos"].append("square")  # another vocabulary, same weights
     torch.save(checkpoint, tmp_path / "other_vocab.ckpt")
     with pytest.raises(CheckpointError, match="the vocabulary has 8 words but the decoder was built for 7"):
-        load_captioner(tmp_path / "other_vocab.ckpt")
+        load_checkpoint(tmp_path / "other_vocab.ckpt")
 
 
 def test_weights_of_another_model_are_refused(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_weights_of_another_model_are_refused(tmp_path: Path) -> None:
     small["state_dict"] = wide["state_dict"]  # weights of a wider decoder under the small model's config
     torch.save(small, tmp_path / "other_model.ckpt")
     with pytest.raises(CheckpointError) as info:
-        load_captioner(tmp_path / "other_model.ckpt")
+        load_checkpoint(tmp_path / "other_model.ckpt")
     assert "the weights do not fit the saved network config" in str(info.value)
     assert "size mismatch" in str(info.value)
 
@@ -128,7 +128,7 @@ def test_an_incomplete_captioning_entry_is_refused(good: Path, tmp_path: Path) -
     del checkpoint[CHECKPOINT_KEY]["vocab"]
     torch.save(checkpoint, tmp_path / "no_vocab.ckpt")
     with pytest.raises(CheckpointError, match=f"the '{CHECKPOINT_KEY}' entry is incomplete"):
-        load_captioner(tmp_path / "no_vocab.ckpt")
+        load_checkpoint(tmp_path / "no_vocab.ckpt")
 
 
 # ----------------------------------------------------------------------------------- no code runs
@@ -141,7 +141,7 @@ def test_a_pickle_that_would_run_a_command_is_refused(good: Path, tmp_path: Path
     evil = tmp_path / "evil.ckpt"
     torch.save(checkpoint, evil)  # a real torch zip file, valid in every other respect
     with pytest.raises(CheckpointError) as info:
-        load_captioner(evil)
+        load_checkpoint(evil)
     message = str(info.value)
     assert message.startswith(
         f"{evil}: refused to load: it contains objects other than tensors and plain data"
@@ -155,7 +155,7 @@ def test_a_legacy_raw_pickle_that_would_run_a_command_is_refused(tmp_path: Path)
     evil = tmp_path / "evil.ckpt"
     evil.write_bytes(pickle.dumps({"state_dict": {}, CHECKPOINT_KEY: RunsCommand(f"touch {marker}")}))
     with pytest.raises(CheckpointError, match=rf"^{evil}: "):
-        load_captioner(evil)
+        load_checkpoint(evil)
     assert not marker.exists()
 
 
@@ -200,7 +200,7 @@ def test_a_config_target_outside_the_package_is_refused(good: Path, tmp_path: Pa
     marker = tmp_path / "pwned"
     path = _with_encoder_target(good, tmp_path, target, marker)
     with pytest.raises(CheckpointError) as info:
-        load_captioner(path)
+        load_checkpoint(path)
     assert str(info.value).startswith(f"{path}: net_config.encoder._target_ is {target!r}")
     assert "only the network classes of captioning.models.registry may be built" in str(info.value)
     assert not marker.exists()
@@ -235,7 +235,7 @@ def test_every_decoder_config_round_trips_through_a_checkpoint(tmp_path, decoder
     """Whatever captioning/conf/model/decoder/ builds, a checkpoint of it loads (sizes, indices such as the
     Transformer's attention_layer=-1, partial attention layers) and gives the same network."""
     path = write_checkpoint(tmp_path / f"{decoder}.ckpt", extra=[f"model/decoder={decoder}"])
-    loaded = load_captioner(path)
+    loaded = load_checkpoint(path)
     fresh = build_module(["a", "red", "circle", "square", "left", "of"], [f"model/decoder={decoder}"])
     assert type(loaded.net.decoder) is type(fresh.net.decoder)
     for (name, a), (_, b) in zip(loaded.net.state_dict().items(), fresh.net.state_dict().items()):
@@ -252,7 +252,7 @@ def test_a_huge_layer_in_a_checkpoint_is_refused(tmp_path) -> None:
     with pytest.raises(
         CheckpointError, match=r"net_config.decoder.hidden_dim = 400000 is outside \[0, 16,384\]"
     ):
-        load_captioner(path)
+        load_checkpoint(path)
 
 
 def _export_with(tmp_path: Path, edit) -> Path:
@@ -299,11 +299,11 @@ def test_a_network_whose_sizes_multiply_to_gigabytes_is_refused_before_it_is_bui
     with pytest.raises(
         CheckpointError, match=rf"{path}: refused before building it: the network has {count}"
     ):
-        load_captioner(path)
+        load_checkpoint(path)
     assert time.perf_counter() - start < 10  # counted on the meta device: gigabytes were never allocated
 
 
 def test_an_export_network_config_as_a_json_object_may_not_interpolate(tmp_path) -> None:
     path = _export_with(tmp_path, lambda c: c["decoder"].__setitem__("hidden_dim", "${oc.env:HOME}"))
     with pytest.raises(CheckpointError, match=rf"{path}: net_config holds an interpolation"):
-        load_captioner(path)
+        load_checkpoint(path)

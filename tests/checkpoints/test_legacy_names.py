@@ -1,5 +1,5 @@
 """Checkpoints of earlier versions keep loading and resuming after a rename: their class names
-(``LEGACY_NAMES``) and keys (``LEGACY_KEYS``) are read as today's (captioning.models.registry)."""
+(``LEGACY_TARGETS``) and keys (``LEGACY_KEYS``) are read as today's (captioning.models.registry)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import yaml
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.models.registry import modernise_config
 from captioning.training.resume import _config_differences
 
@@ -35,7 +35,7 @@ def test_a_transformer_saved_with_hidden_dim_loads_as_ff_dim_with_the_same_outpu
     checkpoint[CHECKPOINT_KEY]["net_config"] = old_config
     torch.save(checkpoint, old_path)
 
-    new, old = load_captioner(new_path).net.eval(), load_captioner(old_path).net.eval()
+    new, old = load_checkpoint(new_path).net.eval(), load_checkpoint(old_path).net.eval()
     assert old.decoder.ff_dim == new.decoder.ff_dim == 16  # debug/decoder/tiny_transformer.yaml
     images, tokens = torch.rand(2, 3, 32, 32), torch.randint(4, len(WORDS) + 4, (2, 5))
     assert torch.equal(old(images, tokens).logits, new(images, tokens).logits)

@@ -128,19 +128,19 @@ def test_the_bytes_hashed_are_the_bytes_loaded(tmp_path, monkeypatch) -> None:
     """A file swapped after the SHA-256 check (here: another model's bytes) is not what gets loaded."""
     import torch
 
-    from captioning.checkpoints.load import load_captioner
+    from captioning.checkpoints.load import load_checkpoint
 
     path = _zoo_copy(tmp_path, monkeypatch)
-    original = load_captioner(DOCS_MODELS / "synthetic_soft.safetensors")
+    original = load_checkpoint(DOCS_MODELS / "synthetic_soft.safetensors")
     assert zoo.resolve("synthetic-soft") == path
     path.write_bytes((DOCS_MODELS / "flickr8k_transformer.safetensors").read_bytes())  # the swap
-    loaded = load_captioner(path)
+    loaded = load_checkpoint(path)
     assert loaded.vocab.to_dict() == original.vocab.to_dict()
     reference = original.net.state_dict()
     assert all(torch.equal(v, reference[k]) for k, v in loaded.net.state_dict().items())
     other = tmp_path / "unchecked.safetensors"  # a file the zoo never resolved is read from disk
     other.write_bytes(path.read_bytes())
-    assert load_captioner(other).vocab.to_dict() != original.vocab.to_dict()
+    assert load_checkpoint(other).vocab.to_dict() != original.vocab.to_dict()
 
 
 def test_a_file_named_like_a_model_here_does_not_shadow_it(tmp_path, monkeypatch, capsys) -> None:

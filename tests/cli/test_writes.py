@@ -183,7 +183,7 @@ def test_tune_never_writes_its_json_over_the_checkpoint_it_tunes(good_checkpoint
 
 
 def test_tune_write_through_a_link_rewrites_its_target_and_keeps_the_link(good_checkpoint, tmp_path) -> None:
-    from captioning.checkpoints.load import load_captioner
+    from captioning.checkpoints.load import load_checkpoint
 
     real = tmp_path / "runs" / "epoch=3.ckpt"
     real.parent.mkdir()
@@ -196,7 +196,7 @@ def test_tune_write_through_a_link_rewrites_its_target_and_keeps_the_link(good_c
     assert captioning_main(argv) == 0
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert (
-        load_captioner(real).decoding["num_beams"]
+        load_checkpoint(real).decoding["num_beams"]
         == json.loads(out.read_text())["best"]["options"]["num_beams"]
     )
     assert real.read_bytes() != good_checkpoint.read_bytes()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.config import compose_config
 from captioning.data.features import FeatureCache
 from captioning.data.images import image_to_tensor
@@ -222,7 +222,7 @@ def test_trained_on_cached_features_the_checkpoint_captions_raw_images(tmp_path)
     cfg, _ = compose_config("train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}"])
     cfg.output_dir = str(tmp_path / "run")
     checkpoint = train(cfg)
-    model = load_captioner(checkpoint)
+    model = load_checkpoint(checkpoint)
     cache = FeatureCache(model.net.encoder, tmp_path / "cache", progress=False)
     index = json.loads((cache.directory(64) / "index.json").read_text())
     assert len(index["images"]) == 24 + 8  # the train and val scenes training read
@@ -244,7 +244,7 @@ def test_the_cache_is_made_by_the_models_own_encoder_even_a_random_one(tmp_path)
         "train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}", "model.encoder.pretrained=false"]
     )
     cfg.output_dir = str(tmp_path / "run")
-    model = load_captioner(train(cfg))
+    model = load_checkpoint(train(cfg))
     folders = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
     assert folders == [FeatureCache(model.net.encoder, tmp_path / "cache").directory(64)]
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from captioning.checkpoints.ensemble import load_ensemble
-from captioning.checkpoints.load import CheckpointError, load_captioner
+from captioning.checkpoints.load import CheckpointError, load_checkpoint
 from captioning.cli.main import main
 from captioning.data.features import state_dict_hash
 from captioning.decoding import generate
@@ -125,7 +125,7 @@ def pair(tmp_path_factory):
 def test_load_ensemble_joins_the_decoders_behind_one_encoder(pair):
     a, b = pair
     loaded = load_ensemble([a, b])
-    first, second = load_captioner(a), load_captioner(b)
+    first, second = load_checkpoint(a), load_checkpoint(b)
     assert isinstance(loaded.net.decoder, EnsembleDecoder) and len(loaded.net.decoder.members) == 2
     assert state_dict_hash(loaded.net.encoder) == state_dict_hash(first.net.encoder)
     assert loaded.vocab == first.vocab and loaded.decoding == first.decoding

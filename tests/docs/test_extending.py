@@ -108,7 +108,7 @@ def compose_train(conf: Path, overrides: list[str], out: Path):
 
 @pytest.mark.parametrize("section", list(EXAMPLES))
 def test_the_example_trains_a_step_loads_through_the_registry_and_decodes(section, install, tmp_path):
-    from captioning.checkpoints.load import load_captioner
+    from captioning.checkpoints.load import load_checkpoint
     from captioning.decoding import generate
     from captioning.training.train import train
 
@@ -116,7 +116,7 @@ def test_the_example_trains_a_step_loads_through_the_registry_and_decodes(sectio
     cfg = compose_train(conf, [*EXAMPLES[section], "debug=tiny", "trainer.max_steps=1"], tmp_path / "run")
     torch.manual_seed(0)
     checkpoint = train(cfg)  # check_config, the model built from the config, one Lightning step, a checkpoint
-    loaded = load_captioner(checkpoint)  # refuses any class outside MODEL_CLASSES
+    loaded = load_checkpoint(checkpoint)  # refuses any class outside MODEL_CLASSES
     net = loaded.net.eval()
     new = {path for path, _ in SECTIONS[section] if path.endswith(".py") and path != REGISTRY}
     built = {f"{type(m).__module__.replace('.', '/')}.py" for m in net.modules()}

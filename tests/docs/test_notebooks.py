@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 from PIL import Image
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.data.synthetic import render_scene
 from captioning.inference.captioner import Captioner
 
@@ -71,7 +71,7 @@ def test_attention_walkthrough(checkpoints, tmp_path, monkeypatch):
     nb = execute("attention_walkthrough", tmp_path)
 
     # The notebook's captions are the CLI path's captions of the same scenes (beam 3).
-    soft = load_captioner(checkpoints["soft"])
+    soft = load_checkpoint(checkpoints["soft"])
     images = [Image.fromarray(render_scene((2015, 7, i)).image) for i in range(3)]
     expected = Captioner(soft).caption(images, num_beams=3)
     lines = stdout(tagged(nb, "captions")).splitlines()
@@ -82,7 +82,7 @@ def test_attention_walkthrough(checkpoints, tmp_path, monkeypatch):
     assert count_pngs(nb) == 1 + 3 + 2
     comparison = stdout(tagged(nb, "soft_vs_hard")).splitlines()
     assert [line.split(":")[0] for line in comparison] == ["soft", "hard"]
-    hard = load_captioner(checkpoints["hard_gumbel"])
+    hard = load_checkpoint(checkpoints["hard_gumbel"])
     (hard_caption,) = Captioner(hard).caption(images[:1], num_beams=3)
     if hard_caption.tokens:  # one-hot rows: zero entropy (an empty caption has no rows to measure)
         assert "mean attention entropy 0.000 nats" in comparison[1]

@@ -12,7 +12,7 @@ from PIL import Image
 
 import captioning
 from captioning import Captioner, CaptionResult
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.cli.main import main
 from captioning.data.synthetic import render_scene
 from captioning.training.lit_module import CaptionLitModule
@@ -108,7 +108,7 @@ def test_export_has_no_optimizer_state_and_captions_identically(ckpt, scene_png,
         assert [r.score for r in exported] == [r.score for r in original]
     else:  # rounded weights: the same model to ~3 decimals
         assert np.allclose([r.score for r in exported], [r.score for r in original], atol=0.05)
-    assert load_captioner(out).decoding == load_captioner(ckpt).decoding
+    assert load_checkpoint(out).decoding == load_checkpoint(ckpt).decoding
 
 
 def test_export_takes_checkpoint_like_every_command_and_the_positional_form_too(ckpt, tmp_path, capsys):
@@ -140,7 +140,7 @@ def test_cli_and_evaluate_read_an_export(ckpt, scene_png, tmp_path, capsys):
 
 def test_lightning_load_from_checkpoint_rebuilds_the_module(ckpt):
     module = CaptionLitModule.load_from_checkpoint(ckpt)
-    loaded = load_captioner(ckpt)
+    loaded = load_checkpoint(ckpt)
     assert module.vocab.itos == loaded.vocab.itos and module.decoding == loaded.decoding
     for (name, a), (_, b) in zip(module.net.state_dict().items(), loaded.net.state_dict().items()):
         assert torch.equal(a, b), name

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from captioning import Captioner
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.cli.main import main
 from captioning.data.datamodule import ImageLoader
 from captioning.data.sources import SyntheticSource
@@ -81,7 +81,7 @@ def test_the_api_the_cli_and_evaluate_decode_the_same_images_identically_through
     api = Captioner.from_checkpoint(checkpoint).caption(paths, batch_size=BATCH, **options)
     assert decode_calls == [3, 2] * 2
 
-    model = load_captioner(checkpoint)
+    model = load_checkpoint(checkpoint)
     decoding = GenerationConfig.from_dict(model.decoding).replace(**options).to_dict()
     split = decode_source(model, source, decoding, batch_size=BATCH)
     assert decode_calls == [3, 2] * 3
@@ -146,7 +146,7 @@ def test_a_broken_network_fails_the_same_way_on_every_path(
     with pytest.raises(error) as from_api:
         Captioner.from_checkpoint(broken).caption(paths, batch_size=BATCH)
     with pytest.raises(error) as from_split:
-        decode_source(load_captioner(broken), source, {"num_beams": 2}, batch_size=BATCH)
+        decode_source(load_checkpoint(broken), source, {"num_beams": 2}, batch_size=BATCH)
     assert from_api.value.reason == from_split.value.reason and reason in from_api.value.reason
     assert str(broken) in from_api.value.reason
     assert main(["caption", *map(str, paths), "--checkpoint", str(broken), "--batch-size", str(BATCH)]) == 2
@@ -157,7 +157,7 @@ def test_a_broken_network_fails_the_same_way_on_every_path(
 
 
 def test_the_decoder_groups_each_images_n_best_and_names_its_batch(checkpoint):
-    model = load_captioner(checkpoint)
+    model = load_checkpoint(checkpoint)
     decoder = BatchDecoder.of(model)
     images = torch.rand(2, 3, model.image_size, model.image_size)
     config = GenerationConfig.from_dict(model.decoding).replace(num_beams=3, num_return_sequences=3)
@@ -175,7 +175,7 @@ def test_the_decoder_groups_each_images_n_best_and_names_its_batch(checkpoint):
 
 def test_the_bank_encodes_through_the_same_decoder(checkpoint, scenes, monkeypatch):
     source, _ = scenes
-    model = load_captioner(checkpoint)
+    model = load_checkpoint(checkpoint)
     encoded: list[int] = []
     original = BatchDecoder.encode
 

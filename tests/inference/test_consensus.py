@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.cli.main import main
 from captioning.data.datamodule import ImageLoader
 from captioning.data.sources import SyntheticSource
@@ -113,8 +113,8 @@ def tiny_checkpoint(make_checkpoint):
 
 
 def test_an_ensembles_candidates_are_each_members_own(tiny_checkpoint):
-    net = load_captioner(tiny_checkpoint).net
-    vocab = load_captioner(tiny_checkpoint).vocab
+    net = load_checkpoint(tiny_checkpoint).net
+    vocab = load_checkpoint(tiny_checkpoint).vocab
     grids = net.encode(torch.rand(2, 3, 64, 64))
     bank = bank_of([[1.0] * grids.shape[-1]] * 2, refs=[["a shape"], ["a circle"]])
     reranker = ConsensusReranker(RerankConfig(num_beams=3, num_samples=0), bank)
@@ -148,7 +148,7 @@ def test_evaluate_with_one_candidate_reranks_to_plain_decoding(tiny_checkpoint, 
     assert scores["rerank"] == RerankConfig().to_dict() and "rerank: num_beams=5" in printed
     assert json.loads((tmp_path / "plain" / "scores.json").read_text())["rerank"] is None
     # Every kept caption is one of the candidates the reranker was given: the same beams and seeded samples.
-    model = load_captioner(tiny_checkpoint)
+    model = load_checkpoint(tiny_checkpoint)
     loader = ImageLoader(SyntheticSource(6, seed=0, split="test"), model.image_size)
     grids = model.net.encode(torch.stack([loader(i) for i in range(6)]))
     decoding = GenerationConfig.from_dict(model.decoding).replace(num_beams=3)
@@ -367,7 +367,7 @@ def test_the_caption_bank_skips_an_unreadable_training_image_and_reports_it(tmp_
                 raise ImageError("scene2.jpg: not a readable image (truncated)")
             return super().image(i)
 
-    model = load_captioner(write_checkpoint(tmp_path / "m.ckpt"))
+    model = load_checkpoint(write_checkpoint(tmp_path / "m.ckpt"))
     source = OneBroken(5, seed=0, split="train")
     skipped: list[str] = []
     bank = build_caption_bank(model, source, None, skipped=skipped)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.cli.main import main
 from captioning.data.sources import SyntheticSource
 from captioning.inference.captioner import Captioner
@@ -39,7 +39,7 @@ def test_evaluate_cli_writes_coco_results_and_official_scores(tiny_checkpoint, t
 
     scores = json.loads((out / "scores.json").read_text())
     assert scores["scale"] == "0-1" and scores["tokenizer"] == "ptb" and scores["num_images"] == 8
-    stored = load_captioner(tiny_checkpoint).decoding["num_beams"]
+    stored = load_checkpoint(tiny_checkpoint).decoding["num_beams"]
     assert scores["decoding"]["num_beams"] == stored  # captioning/conf/eval.yaml's null: the checkpoint's own
     assert set(TOOLKIT) <= set(scores["scores"])
     assert "SPICE" in scores["scores"] or "SPICE" in scores["skipped"]
@@ -102,7 +102,7 @@ def test_evaluation_decodes_exactly_like_the_caption_command(tiny_checkpoint, be
         metrics=("Bleu_4", "CIDEr"),
         batch_size=4,
     )
-    model = load_captioner(tiny_checkpoint)
+    model = load_checkpoint(tiny_checkpoint)
     images = [source.image(i) for i in range(6)]
     expected = Captioner(model).caption(images, num_beams=beam)
     assert evaluation.decoded.captions == [c.caption for c in expected]

@@ -10,7 +10,7 @@ import torch
 
 from captioning.checkpoints.defaults import write_decoding_defaults
 from captioning.checkpoints.export import export_checkpoint, read_export
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.cli.main import main
 from captioning.inference.tuning import SplitScorer, TuningRow, best, grid, held_out
 from captioning.metrics.cider import CiderD
@@ -91,11 +91,11 @@ def test_written_defaults_are_what_loads_and_nothing_else_changes(tmp_path: Path
     size = export.stat().st_size
     export.chmod(0o640)
     for path in (ckpt, export):
-        before = load_captioner(path)
+        before = load_checkpoint(path)
         new = write_decoding_defaults(
             path, {"num_beams": 4, "length_penalty": 0.5, "no_repeat_ngram_size": 3}
         )
-        after = load_captioner(path)
+        after = load_checkpoint(path)
         assert after.decoding == new and (new["num_beams"], new["length_penalty"]) == (4, 0.5)
         assert new["max_new_tokens"] == before.decoding["max_new_tokens"]  # the rest is kept
         for (name, a), (_, b) in zip(before.net.state_dict().items(), after.net.state_dict().items()):
@@ -124,7 +124,7 @@ def test_tune_cli_prints_the_grid_writes_the_table_and_stores_the_best(tmp_path:
     assert len(payload["rows"]) == 4 and payload["data"] == "synthetic/val"
     chosen = max(payload["rows"], key=lambda r: r["cider"])
     assert payload["best"]["cider"] == chosen["cider"]
-    stored = load_captioner(ckpt).decoding
+    stored = load_checkpoint(ckpt).decoding
     assert {k: stored[k] for k in payload["best"]["options"]} == payload["best"]["options"]
     assert "<- best" in capsys.readouterr().out
 
@@ -139,7 +139,7 @@ def test_tune_searches_the_hard_attention_context_when_asked(tmp_path: Path, cap
     rows = json.loads(out.read_text())["rows"]
     assert [r["options"]["hard_attention"] for r in rows] == ["cell", "expected"]
     best_row = max(rows, key=lambda r: r["cider"])  # ties: the earlier row, as `best` picks
-    assert load_captioner(ckpt).decoding["hard_attention"] == best_row["options"]["hard_attention"]
+    assert load_checkpoint(ckpt).decoding["hard_attention"] == best_row["options"]["hard_attention"]
     header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("num_beams"))
     assert "context" in header  # the table shows the searched context
 
@@ -230,7 +230,7 @@ def test_an_export_can_reference_its_pretrained_encoder_by_name(tmp_path: Path) 
     state, meta = read_export(slim)
     assert not any(k.startswith("encoder.") for k in state) and len(meta["encoder_weights"]["sha256"]) == 64
     assert slim.stat().st_size < full.stat().st_size / 5  # the tiny decoder is all that is left
-    a, b = load_captioner(ckpt).net.state_dict(), load_captioner(slim).net.state_dict()
+    a, b = load_checkpoint(ckpt).net.state_dict(), load_checkpoint(slim).net.state_dict()
     for name in a:  # the encoder bit for bit (rebuilt from the package); the decoder as fp16 rounds it
         if name.startswith("encoder."):
             assert torch.equal(a[name], b[name]), name
@@ -253,7 +253,7 @@ def test_an_export_whose_encoder_hash_does_not_match_is_refused(tmp_path: Path) 
     with pytest.raises(
         Exception, match=r"slim\.safetensors: the pretrained encoder built here .*SHA-256 differs"
     ):
-        load_captioner(slim)
+        load_checkpoint(slim)
 
 
 def test_encoder_by_name_needs_a_pretrained_encoder(tmp_path: Path, capsys) -> None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.config import compose_config
 from captioning.data.datamodule import CaptionDataModule
 from captioning.data.features import FeatureCache
@@ -227,7 +227,7 @@ def test_tiny_fine_tuning_run_trains_only_the_suffix_from_cached_activations(tmp
     checkpoint = train(cfg)
     folders = [p.name for p in cache_dir.iterdir() if p.is_dir() and "before-" in p.name]
     assert len(folders) == 1 and "-before-stage7-" in folders[0]  # the prefix, not the grid, was cached
-    trained = load_captioner(checkpoint).net.encoder
+    trained = load_checkpoint(checkpoint).net.encoder
     pretrained = EfficientNetLiteEncoder(variant="lite1", stage="head", grid_size=3, out_dim=1280)
     mine, theirs = trained.state_dict(), pretrained.state_dict()
     changed = {k.split(".")[0] for k in mine if not torch.equal(mine[k], theirs[k])}

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.data.images import image_to_tensor
 from captioning.data.sources import SyntheticSource
 from captioning.data.tokenize import tokenize
@@ -23,7 +23,7 @@ MODEL = ROOT / "docs" / "models" / "synthetic_soft.safetensors"
 
 
 def test_greedy_rewards_and_cut_shares_are_those_of_the_models_own_captions():
-    model = load_captioner(MODEL)
+    model = load_checkpoint(MODEL)
     source = SyntheticSource(12, seed=4, split="val")
     reward = scst_reward(source)
     positions = scst_diagnostics.spread(len(source), 6)
@@ -46,7 +46,7 @@ def test_greedy_rewards_and_cut_shares_are_those_of_the_models_own_captions():
 
 
 def test_samples_are_repeatable_and_uncapped_captions_end():
-    model = load_captioner(MODEL)
+    model = load_checkpoint(MODEL)
     source = SyntheticSource(4, seed=4, split="val")
     reward = scst_reward(source)
     run = [scst_diagnostics.diagnose(model, source, reward, [0, 1, 2, 3], 2, 30, seed=7) for _ in range(2)]

@@ -19,7 +19,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DistributedSampler
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.decoding import generate
 from captioning.inference.captioner import Captioner
 from captioning.losses import caption_loss
@@ -59,7 +59,7 @@ def read_val_row(run_dir) -> dict[str, float]:
 
 
 def validate_one_process(checkpoint, cfg) -> dict[str, float]:
-    loaded = load_captioner(checkpoint)
+    loaded = load_checkpoint(checkpoint)
     module = CaptionLitModule(
         encoder=loaded.net.encoder,
         decoder=loaded.net.decoder,
@@ -97,7 +97,7 @@ def test_ddp_from_the_hydra_entry_point_scores_the_whole_split_once(tmp_path):
     assert validate_one_process(checkpoint, cfg) == ddp_scores  # exactly, not approximately
 
     # The same numbers from the captions directly; and a per-rank average would have been different.
-    model = load_captioner(checkpoint)
+    model = load_checkpoint(checkpoint)
     dm = hydra.utils.instantiate(cfg.data)
     val = dm.sources["val"]
     captions = Captioner(model).caption([val.image(i) for i in range(len(val))])
@@ -168,5 +168,5 @@ def test_bf16_training_run_on_cpu(tmp_path):
         tmp_path,
     )
     best = train(cfg)
-    model = load_captioner(best)  # fp32 weights in the checkpoint, whatever the training precision
+    model = load_checkpoint(best)  # fp32 weights in the checkpoint, whatever the training precision
     assert all(p.dtype == torch.float32 for p in model.net.parameters())

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.data.synthetic import render_scene
 from captioning.inference.captioner import Captioner
 from captioning.training.train import train
@@ -25,7 +25,7 @@ def _run(out: Path, seed: int) -> dict:
     (metrics_csv,) = (out / "csv").rglob("metrics.csv")
     with metrics_csv.open() as f:
         rows = list(csv.DictReader(f))
-    model = load_captioner(best)
+    model = load_checkpoint(best)
     scenes = [Image.fromarray(render_scene((7, i)).image) for i in range(6)]
     captions = Captioner(model).caption(scenes, num_beams=2)
     return {

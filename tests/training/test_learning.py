@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.inference.captioner import Captioner
 from captioning.metrics.coco import score_captions
 from captioning.training.train import train
@@ -35,7 +35,7 @@ def trained(tmp_path_factory):
     ]
     cfg = compose_train(overrides, out)
     best = train(cfg)
-    return load_captioner(best), out
+    return load_checkpoint(best), out
 
 
 def test_validation_bleu_is_high(trained):

@@ -97,7 +97,7 @@ def test_non_finite_weights_are_never_written_nor_loaded(tmp_path):
     import pytest
     import torch
 
-    from captioning.checkpoints.load import CheckpointError, load_captioner
+    from captioning.checkpoints.load import CheckpointError, load_checkpoint
     from captioning.checkpoints.save import AtomicCheckpointIO, NonFiniteWeightsError
 
     from support.corpus import build_module, checkpoint_dict
@@ -111,4 +111,4 @@ def test_non_finite_weights_are_never_written_nor_loaded(tmp_path):
     assert not target.exists() and not list(tmp_path.iterdir())
     torch.save(checkpoint, target)  # written behind our back
     with pytest.raises(CheckpointError, match="refused: non-finite weights"):
-        load_captioner(target)
+        load_checkpoint(target)

@@ -73,9 +73,9 @@ def test_own_captions_train_in_one_command_and_caption(tmp_path, capsys):
     assert Path(best).is_file() and Path(best).parent == run_dir / "checkpoints"
     assert "early stopping" not in done.stdout  # it ended at max_epochs: no stop line
 
-    from captioning.checkpoints.load import load_captioner
+    from captioning.checkpoints.load import load_checkpoint
 
-    vocab = load_captioner(best).vocab.itos
+    vocab = load_checkpoint(best).vocab.itos
     assert {"red", "green", "blue", "dog", "cat", "ball", "grass", "the"} <= set(vocab)  # min_word_count 2
     assert len(vocab) == 4 + 11  # the specials + every word of the train captions (each seen >= 2 times)
 

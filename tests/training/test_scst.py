@@ -14,7 +14,7 @@ import torch
 from omegaconf import OmegaConf, open_dict
 from pycocoevalcap.cider.cider import Cider
 
-from captioning.checkpoints.load import CheckpointError, load_captioner
+from captioning.checkpoints.load import CheckpointError, load_checkpoint
 from captioning.errors import ConfigError
 from captioning.metrics.cider import CiderD
 from captioning.models.attention.estimators import leave_one_out_baseline
@@ -77,16 +77,16 @@ def test_leave_one_out_baseline_is_the_mean_of_the_other_samples():
 
 def test_scst_starts_from_the_cross_entropy_weights_and_trains_them(tmp_path):
     xe = train(compose_train([*TINY, "trainer.max_epochs=1"], tmp_path / "xe"))
-    start = load_captioner(xe).net.state_dict()
+    start = load_checkpoint(xe).net.state_dict()
     overrides = [*TINY, "objective=scst", f"init_from={xe}", "trainer.max_steps=3", "logger=csv",
                  "trainer.log_every_n_steps=1", "model.num_samples=3"]  # fmt: skip
     cfg = compose_train(overrides, tmp_path / "scst")
     assert cfg.model._target_.endswith("SelfCriticalLitModule") and cfg.data.train_items == "images"
-    module = build_model(cfg.model, load_captioner(xe).vocab)
+    module = build_model(cfg.model, load_checkpoint(xe).vocab)
     assert any(not torch.equal(start[n], t) for n, t in module.net.state_dict().items())  # fresh init
     module.load_initial_weights(xe)
     assert all(torch.equal(start[n], t) for n, t in module.net.state_dict().items())  # exactly the XE weights
-    after = load_captioner(train(cfg)).net.state_dict()
+    after = load_checkpoint(train(cfg)).net.state_dict()
     moved = [n for n in start if not torch.equal(start[n], after[n])]
     assert moved  # and the self-critical updates moved them
     (metrics,) = (tmp_path / "scst").rglob("metrics.csv")
@@ -150,11 +150,11 @@ def test_scst_trains_reinforce_locations_only_with_the_composed_term(tmp_path, l
     cells) they get no gradient at all, so they stay exactly as the cross-entropy left them."""
     hard = [*TINY, "model/decoder=hard_reinforce"]
     xe = train(compose_train([*hard, "trainer.max_epochs=1"], tmp_path / "xe"))
-    start = load_captioner(xe).net.state_dict()
+    start = load_checkpoint(xe).net.state_dict()
     overrides = [*hard, "objective=scst", f"init_from={xe}", "trainer.max_steps=3", "logger=csv",
                  "trainer.log_every_n_steps=1", "model.num_samples=3",
                  f"model.location_policy={str(location_policy).lower()}"]  # fmt: skip
-    after = load_captioner(train(compose_train(overrides, tmp_path / "scst"))).net.state_dict()
+    after = load_checkpoint(train(compose_train(overrides, tmp_path / "scst"))).net.state_dict()
     scoring = [n for n in start if n.startswith("decoder.attention.") and n.endswith("weight")]
     moved = [n for n in scoring if not torch.equal(start[n], after[n])]
     assert scoring and (moved if location_policy else not moved), (scoring, moved)
@@ -208,7 +208,7 @@ def test_a_soft_attention_checkpoint_starts_a_hard_attention_run(tmp_path):
     soft = write_checkpoint(tmp_path / "soft.ckpt", words)
     hard = build_module(words, ["model/decoder=hard_reinforce"])
     hard.load_initial_weights(str(soft))  # soft-to-hard: every parameter fits, the buffers start at 0
-    loaded = load_captioner(soft).net.state_dict()
+    loaded = load_checkpoint(soft).net.state_dict()
     for name, tensor in hard.net.state_dict().items():
         fresh = name.rsplit(".", 1)[-1] in ("baseline", "sampled_batches", "step")
         assert torch.equal(tensor, loaded[name]) if name in loaded else fresh and not tensor.any(), name

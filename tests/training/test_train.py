@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.training.train import train
 
 from support import DECODERS, TINY, compose_train
@@ -25,7 +25,7 @@ def test_short_training_writes_a_self_contained_checkpoint(tmp_path):
     assert best.endswith(".ckpt") and (tmp_path / "checkpoints" / "last.ckpt").is_file()
     raw = torch.load(best, weights_only=True)  # plain data + tensors only
     assert raw["epoch"] == 0 or raw["epoch"] == 1
-    model = load_captioner(best)
+    model = load_checkpoint(best)
     assert len(model.vocab) == cfg.model.decoder.vocab_size
     assert model.image_size == 96 and model.decoding["max_new_tokens"] == 6
     metrics = (tmp_path / "csv").rglob("metrics.csv")

@@ -18,7 +18,7 @@ import wandb
 from PIL import Image
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.data.images import image_to_tensor
 from captioning.data.sources import SyntheticSource
 from captioning.inference.captioner import Captioner
@@ -140,7 +140,7 @@ def test_offline_wandb_run_holds_metrics_config_table_and_overlays(wandb_home):
         assert [r[3] for r in table["data"]] == ["\n".join(val.captions(i)) for i in range(NUM_IMAGES)]
 
     # The last table's captions are what `captioning caption` says with the checkpoint saved after it.
-    model = load_captioner(wandb_home / "checkpoints" / "last.ckpt")
+    model = load_checkpoint(wandb_home / "checkpoints" / "last.ckpt")
     cli = Captioner(model).caption([val.image(i) for i in range(NUM_IMAGES)])
     assert [r[2] for r in contents[-1]["data"]] == [c.caption for c in cli]
 

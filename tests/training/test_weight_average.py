@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from captioning.checkpoints.load import load_captioner
+from captioning.checkpoints.load import load_checkpoint
 from captioning.training.callbacks.weight_average import WeightAverage
 from captioning.training.resume import ResumeError
 from captioning.training.train import train
@@ -109,7 +109,7 @@ def test_checkpoints_and_validation_hold_the_average_of_its_formula(tmp_path: Pa
         _assert_close(saved["callbacks"]["WeightAverage"]["trained"], trained_end, atol=0)
         assert saved["callbacks"]["WeightAverage"]["num_updates"] == 15
     # every command that loads a checkpoint reads the average
-    loaded = {n: p for n, p in load_captioner(best).net.named_parameters() if n in average}
+    loaded = {n: p for n, p in load_checkpoint(best).net.named_parameters() if n in average}
     _assert_close(loaded, average)
 
 
@@ -145,7 +145,7 @@ def test_a_tied_matrix_is_saved_as_the_average_under_both_names(tmp_path: Path) 
     torch.testing.assert_close(
         state["net.decoder.embedding.weight"].double(), average["decoder.embedding.weight"]
     )
-    loaded = load_captioner(best).net.decoder
+    loaded = load_checkpoint(best).net.decoder
     assert loaded.out.weight is loaded.embedding.weight or torch.equal(
         loaded.out.weight, loaded.embedding.weight
     )
