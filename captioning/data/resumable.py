@@ -68,9 +68,6 @@ class ResumableLoader(DataLoader):
         self._epochs_iterated = sampler.epoch + 1
         return super().__iter__()
 
-    def __len__(self) -> int:
-        return super().__len__()  # the whole epoch's batches: Lightning counts a resumed epoch from its start
-
     def state_dict(self) -> dict[str, int]:
         epoch, batches = self._position() or (self._epochs_iterated, 0)
         if batches * self.batch_size >= len(self.dataset):  # saved after the epoch's last batch: the next one
