@@ -179,7 +179,7 @@ CONFIG_BOUNDS: dict[str, tuple[Any, str]] = {
 
 # -- sizes of a network ---------------------------------------------------------------------------------
 # Bounds on the sizes a network config may ask for, shared by the start-up check of a training config
-# (captioning.training.validate) and the loading of a checkpoint (captioning.models.registry.bad_sizes):
+# (captioning.training.validate) and the loading of a checkpoint (captioning.models.size.bad_sizes):
 # whatever trains can be loaded, and a crafted checkpoint cannot allocate terabytes or hang.
 SIZE_BOUNDS = {
     "vocab_size": 1_000_000,

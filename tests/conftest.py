@@ -31,6 +31,16 @@ def tiny_overrides() -> list[str]:
     return list(TINY)
 
 
+@pytest.fixture
+def model_registry():
+    """The closed registry of network classes, put back as it was when the test ends: a class the test
+    registers (``@register``) is removed (``support.registry.restored_registry``)."""
+    from support.registry import restored_registry
+
+    with restored_registry():
+        yield
+
+
 @pytest.fixture(scope="session")
 def make_checkpoint(tmp_path_factory):
     """The one checkpoint factory: ``make_checkpoint(name, words=None, extra=None) -> Path``.

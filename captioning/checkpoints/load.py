@@ -22,6 +22,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from captioning.bounds import SIZE_BOUNDS
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.read import (  # noqa: F401 - importers of these names find them here too
     FORMAT,
@@ -39,14 +40,9 @@ from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import Vocab
 from captioning.decoding.config import GenerationConfig
 from captioning.models.caption_model import CaptionModel
-from captioning.models.registry import (
-    MODEL_CLASSES,
-    SIZE_BOUNDS,
-    bad_sizes,
-    canonical_name,
-    modernise_config,
-    size_problem,
-)
+from captioning.models.legacy import canonical_name, modernise_config
+from captioning.models.registry import MODEL_CLASSES
+from captioning.models.size import bad_sizes, size_problem
 
 
 @dataclass

@@ -12,8 +12,10 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from captioning.models.decoders.base import Decoder, DecoderOutput
+from captioning.models.registry import register
 
 
+@register
 class CaptionModel(nn.Module):
     def __init__(self, encoder: nn.Module, decoder: Decoder):
         super().__init__()

@@ -8,7 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from captioning.data.vocab import Vocab
 from captioning.errors import ConfigError
-from captioning.models.registry import size_problem
+from captioning.models.size import size_problem
 from captioning.training.lit_module import CaptionLitModule
 
 

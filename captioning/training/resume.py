@@ -25,7 +25,8 @@ from captioning.checkpoints.load import read_checkpoint
 from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import vocabulary_difference
 from captioning.errors import UserError
-from captioning.models.registry import MODEL_CLASSES, canonical_name, modernise_config
+from captioning.models.legacy import canonical_name, modernise_config
+from captioning.models.registry import MODEL_CLASSES
 
 LAST = "last"
 AUTO = "auto"  # resume if last.ckpt exists, else start; a finished run (run.json) is not trained again

@@ -25,7 +25,7 @@ from captioning.data.vocab import SPECIALS
 from captioning.decoding.config import GenerationConfig
 from captioning.errors import ConfigError
 from captioning.metrics.names import SCENE_METRICS, TEXT_METRICS
-from captioning.models.registry import bad_sizes
+from captioning.models.size import bad_sizes
 from captioning.training.typecheck import type_problems
 
 SYNTHETIC_SOURCE = "captioning.data.sources.SyntheticSource"  # the one source with scenes (val scores)

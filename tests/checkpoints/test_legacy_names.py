@@ -1,5 +1,5 @@
 """Checkpoints of earlier versions keep loading and resuming after a rename: their class names
-(``LEGACY_TARGETS``) and keys (``LEGACY_KEYS``) are read as today's (captioning.models.registry)."""
+(``LEGACY_TARGETS``) and keys (``LEGACY_KEYS``) are read as today's (captioning.models.legacy)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import yaml
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import load_checkpoint
-from captioning.models.registry import modernise_config
+from captioning.models.legacy import modernise_config
 from captioning.training.resume import _config_differences
 
 from support.corpus import build_module, checkpoint_dict

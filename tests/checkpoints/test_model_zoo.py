@@ -97,8 +97,8 @@ def test_the_soft_ensemble_names_the_dog_in_dog_photos() -> None:
     "export", sorted((REPO / "docs" / "models").glob("*.safetensors")), ids=lambda p: p.stem
 )
 def test_every_zoo_model_loads_within_the_network_size_bounds(export: Path) -> None:
+    from captioning.bounds import MAX_PARAMETERS
     from captioning.checkpoints.load import load_checkpoint
-    from captioning.models.registry import MAX_PARAMETERS
 
     loaded = load_checkpoint(export)
     assert 0 < sum(p.numel() for p in loaded.net.parameters()) <= MAX_PARAMETERS

@@ -2,8 +2,9 @@
 
 Each block titled with a path (```python title="captioning/models/attention/cosine.py"```) is written to
 that path under a temporary folder: a Python module joins its package's ``__path__`` (the real package
-gains no file), a config joins Hydra's search path, and the classes a ``captioning/models/registry.py``
-block imports are put in ``MODEL_CLASSES`` (monkeypatched), as its one registry line would. Then each new
+gains no file), a config joins Hydra's search path, and the modules a ``captioning/models/__init__.py``
+block names are imported, as its one import line would, which registers their classes (``@register``)
+until the test ends (the ``model_registry`` fixture). Then each new
 attention layer and the new decoder train the tiny model one step from the composed config, the checkpoint
 is loaded back through the closed registry and decoded greedily; the reader reads three records through
 ``data=tsv``. No section may show more than three files.
@@ -28,13 +29,12 @@ from omegaconf import open_dict
 from PIL import Image
 
 from captioning.metrics import names
-from captioning.models.registry import MODEL_CLASSES
 
 from support import CONF, REPO
 
 PAGE = REPO / "docs" / "design" / "extending.md"
 BLOCK = re.compile(r'^```(?:python|yaml) title="([^"]+)"\n(.*?)^```$', re.S | re.M)
-REGISTRY = "captioning/models/registry.py"
+MODELS = "captioning/models/__init__.py"  # the package imports every module that registers
 NAMES = "captioning/metrics/names.py"  # the metric registries: its new entries are applied, not the file
 
 
@@ -62,16 +62,17 @@ def test_each_part_touches_at_most_three_files(section: str) -> None:
 
 
 @pytest.fixture
-def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_registry):
     """``install(section)`` writes the section's files under tmp_path, makes its modules importable and
-    registers its registry lines; returns the folder to add to Hydra's search path."""
+    imports the ones its ``captioning/models/__init__.py`` line names (their ``@register`` runs); returns
+    the folder to add to Hydra's search path."""
     modules: list[str] = []
 
     def install(section: str) -> Path:
         root = tmp_path / "extension"
         files = dict(SECTIONS[section])
         for path, code in files.items():
-            if path in (REGISTRY, NAMES):
+            if path in (MODELS, NAMES):
                 continue
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -80,11 +81,11 @@ def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
                 package = importlib.import_module(".".join(Path(path).parent.parts))
                 monkeypatch.setattr(package, "__path__", [*package.__path__, str(target.parent)])
                 modules.append(".".join(Path(path).with_suffix("").parts))
-        for node in ast.parse(files.get(REGISTRY, "")).body:  # "one registry line": its import, applied
+        for node in ast.parse(files.get(MODELS, "")).body:  # its one import line: the new module, imported
             if isinstance(node, ast.ImportFrom):
                 for alias in node.names:
-                    cls = getattr(importlib.import_module(node.module), alias.name)
-                    monkeypatch.setitem(MODEL_CLASSES, f"{cls.__module__}.{cls.__qualname__}", cls)
+                    if f"{node.module}.{alias.name}" not in sys.modules:
+                        importlib.import_module(f"{node.module}.{alias.name}")
         for node in ast.parse(files.get(NAMES, "")).body:  # its registry lines: the entries the page adds
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
                 registry = getattr(names, node.targets[0].id)
@@ -116,9 +117,9 @@ def test_the_example_trains_a_step_loads_through_the_registry_and_decodes(sectio
     cfg = compose_train(conf, [*EXAMPLES[section], "debug=tiny", "trainer.max_steps=1"], tmp_path / "run")
     torch.manual_seed(0)
     checkpoint = train(cfg)  # check_config, the model built from the config, one Lightning step, a checkpoint
-    loaded = load_checkpoint(checkpoint)  # refuses any class outside MODEL_CLASSES
+    loaded = load_checkpoint(checkpoint)  # refuses any class outside the registry
     net = loaded.net.eval()
-    new = {path for path, _ in SECTIONS[section] if path.endswith(".py") and path != REGISTRY}
+    new = {path for path, _ in SECTIONS[section] if path.endswith(".py") and path != MODELS}
     built = {f"{type(m).__module__.replace('.', '/')}.py" for m in net.modules()}
     assert new <= built, (new, built)  # the rebuilt network holds the example's class
     images = torch.rand(2, 3, loaded.image_size, loaded.image_size)

@@ -20,8 +20,10 @@ import math
 from torch import Tensor, nn
 
 from captioning.models.attention.base import AttentionLayer, per_image
+from captioning.models.registry import register
 
 
+@register
 class DotAttention(AttentionLayer):
     def __init__(self, feature_dim: int, query_dim: int):
         super().__init__()
@@ -38,6 +40,7 @@ class DotAttention(AttentionLayer):
         return e.flatten(0, 1) * self.scale  # (B·K, L)
 
 
+@register
 class ScaledDotAttention(DotAttention):
     def __init__(self, feature_dim: int, query_dim: int):
         super().__init__(feature_dim, query_dim)

@@ -17,8 +17,10 @@ from captioning.models.attention.base import (
     per_token_mean,
 )
 from captioning.models.attention.hard import HardAttention
+from captioning.models.registry import register
 
 
+@register
 class GumbelHardAttention(HardAttention):
     """Straight-through Gumbel-softmax (Jang et al. 2017; Maddison et al. 2017) hard attention.
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from captioning.models.attention.base import AttentionLayer, AttentionOutput, attend, per_image
+from captioning.models.registry import register
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
@@ -191,6 +192,7 @@ class MultiHeadSDPA(nn.Module):
         return self.attend(q, k, v, mask, is_causal, need_weights)
 
 
+@register
 class MultiHeadAttention(AttentionLayer):
     """Multi-head dot-product attention for the LSTM: h heads score the grid from the hidden state.
 

@@ -26,11 +26,13 @@ from captioning.models.attention.estimators import (
     score_function_surrogate,
 )
 from captioning.models.attention.hard import HardAttention
+from captioning.models.registry import register
 
 BASELINES = ("none", "moving_average", "length_scaled", "leave_one_out", "learned")
 CREDITS = ("caption", "remaining", "exact_step")
 
 
+@register
 class ReinforceHardAttention(HardAttention):
     """s_t ~ Categorical(α_t), trained with REINFORCE (Xu et al. eq. 12) plus an entropy bonus.
 

@@ -20,8 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from captioning.models.attention.base import AttentionLayer, per_image
+from captioning.models.registry import register
 
 
+@register
 class AdditiveAttention(AttentionLayer):
     def __init__(self, feature_dim: int, query_dim: int, attention_dim: int = 128):
         super().__init__()

@@ -21,8 +21,10 @@ from captioning.models.attention.base import AttentionLayer, AttentionOutput, Ce
 from captioning.models.decoders.base import Decoder, DecoderOutput, State, as_state_mask
 from captioning.models.position import sinusoidal_2d, square_grid_side
 from captioning.models.recurrent_linear import recurrent_linear
+from captioning.models.registry import register
 
 
+@register
 class LSTMDecoder(Decoder):
     static_keys = ("features", "keys", "mask")
 

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from captioning.models.attention.multihead import MultiHeadSDPA
 from captioning.models.decoders.base import Decoder, DecoderOutput, State, as_state_mask
 from captioning.models.position import alibi_bias, sinusoidal_1d, sinusoidal_2d, square_grid_side
+from captioning.models.registry import register
 
 KV = tuple[Tensor, Tensor]  # keys, values (B, h, S, d)
 
@@ -100,6 +101,7 @@ class DecoderLayer(nn.Module):
         return x, (k, v), weights
 
 
+@register
 class TransformerDecoder(Decoder):
     def __init__(
         self,

@@ -18,9 +18,8 @@ from captioning.models.encoders.lite import EfficientNetLiteEncoder
 from captioning.models.encoders.resnet import IMAGENET_MEAN, IMAGENET_STD, RESNET_ARCHS, TorchvisionEncoder
 from captioning.models.encoders.small_cnn import SmallCNN
 
-for _cls in (ImageEncoder, SmallCNN, TorchvisionEncoder, EfficientNetLiteEncoder):
-    _cls.__module__ = __name__  # the public path (see above): cache keys hash type(encoder).__module__
-del _cls
+# The public path (see above), as @register(module=...) gives the three encoders: cache keys hash it.
+ImageEncoder.__module__ = __name__
 
 __all__ = [
     "IMAGENET_MEAN",

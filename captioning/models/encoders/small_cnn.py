@@ -8,6 +8,7 @@ from torch import nn
 
 from captioning.bounds import LR_SCALE
 from captioning.models.encoders.base import ImageEncoder
+from captioning.models.registry import register
 
 
 def _conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int, padding: int) -> nn.Sequential:
@@ -18,6 +19,7 @@ def _conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int, padding: int)
     )
 
 
+@register(module="captioning.models.encoders")
 class SmallCNN(ImageEncoder):
     """A tiny from-scratch CNN for the synthetic 96x96 scenes, pooled to the grid at the end.
 
