@@ -54,7 +54,7 @@ def _check_overrides(overrides: Sequence[str], what: str) -> list[str]:
 def _compose(config: str, overrides: list[str], explain=None):
     """The composed config, or ConfigError with the one line the commands print (``explain(err,
     overrides)``: a better line, or None)."""
-    from captioning.config import compose_config
+    from captioning.compose import compose_config
 
     try:
         return compose_config(config, overrides)
@@ -121,7 +121,7 @@ def infer_data(checkpoints: Sequence[Path]) -> str:
     """The data config to score ``checkpoints`` on when no data= is given (``trained_data`` of the first,
     an ensemble's members share the vocabulary); a ValueError naming the data configs otherwise."""
     from captioning.checkpoints.load import read_weights_and_meta
-    from captioning.config import CONFIG_DIR
+    from captioning.compose import CONFIG_DIR
     from captioning.inference.trained_on import trained_data
 
     available = sorted(p.stem for p in (Path(CONFIG_DIR) / "data").glob("*.yaml"))

@@ -34,7 +34,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from captioning import Captioner
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from captioning.data.images import image_to_tensor
 from captioning.inference.evaluation import build_source
 from captioning.inference.viz import render_overlay

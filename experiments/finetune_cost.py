@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from captioning.data.vocab import SPECIALS, Vocab
 from captioning.training.build import build_model
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from captioning.checkpoints.ensemble import load_checkpoints
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from captioning.data.tokenize import tokenize
 from captioning.decoding import GenerationConfig
 from captioning.inference.consensus import ConsensusReranker, RerankConfig

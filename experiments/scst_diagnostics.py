@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from captioning.checkpoints.load import LoadedCheckpoint, load_checkpoint
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
 from captioning.decoding import generate

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from captioning.inference.evaluation import build_source
 from captioning.metrics.bootstrap import (
     ImageStats,

@@ -66,7 +66,7 @@ from hydra.errors import HydraException
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from experiments.compare import setting_name
 from experiments.scst_sweep import captioning_train, log_tail
 from experiments.step_chain import file_lock, run_steps

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from captioning.cli.runtime import checkpoint_arg, path_arg
+from captioning.cli.arguments import checkpoint_arg, path_arg
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -43,7 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import load_checkpoint
-    from captioning.config import compose_config
+    from captioning.compose import compose_config
     from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import build_source
     from captioning.inference.split_decoding import build_caption_bank, frozen_feature_cache

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from captioning import progress
+from captioning.cli.arguments import checkpoint_arg, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, decoding_options
-from captioning.cli.runtime import checkpoint_arg, path_arg
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 GLOB_CHARS = set("*?[")

@@ -17,7 +17,7 @@ import socket
 import sys
 from pathlib import Path
 
-from captioning.cli.runtime import checkpoint_arg
+from captioning.cli.arguments import checkpoint_arg
 
 
 def _port(text: str) -> int:

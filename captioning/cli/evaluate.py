@@ -18,8 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from captioning.cli.arguments import checkpoint_arg, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
-from captioning.cli.runtime import checkpoint_arg, path_arg
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from captioning.cli.runtime import checkpoint_arg
+from captioning.cli.arguments import checkpoint_arg
 
 
 def add_parser(subparsers) -> None:

@@ -83,7 +83,7 @@ def _checkpoints(args) -> list[Path]:
 def problems(args) -> list[str]:
     """The lines to print before refusing the command ``args`` (parsed), or [] to run it.
 
-    Every ``--checkpoint`` (a zoo name is already its file: captioning/cli/runtime.py checkpoint_arg) must be
+    Every ``--checkpoint`` (a zoo name is already its file: captioning/cli/arguments.py checkpoint_arg) must be
     a file. Image arguments are refused here only when none of them names anything, so that one missing
     photo among many is reported beside the captions of the others, as before."""
     lines = [p for c in _checkpoints(args) if (p := file_problem(c, "checkpoint file"))]

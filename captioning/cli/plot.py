@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from captioning.cli.runtime import path_arg
+from captioning.cli.arguments import path_arg
 
 
 def add_parser(subparsers) -> None:

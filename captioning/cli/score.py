@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from captioning.cli.runtime import path_arg
+from captioning.cli.arguments import path_arg
 from captioning.metrics.names import METRICS, TOKENIZERS
 
 

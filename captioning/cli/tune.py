@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from captioning.cli.arguments import checkpoint_arg, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
-from captioning.cli.runtime import checkpoint_arg, path_arg
 from captioning.writes import Output, output, replaceable_in_place
 from captioning.zoo import refuse_zoo_write
 
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning import progress
     from captioning.checkpoints.defaults import write_decoding_defaults
     from captioning.checkpoints.ensemble import load_checkpoints, members_label, members_stem
-    from captioning.config import compose_config
+    from captioning.compose import compose_config
     from captioning.decoding.captions import BrokenOutput
     from captioning.decoding.config import GenerationConfig, check_option
     from captioning.decoding.search import hard_attention_layers

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E402
 
-from captioning.config import CONFIG_DIR  # noqa: E402
+from captioning.compose import CONFIG_DIR  # noqa: E402
 from captioning.config_safety import command_line_problem  # noqa: E402
 from captioning.errors import ConfigError, is_user_error, one_line  # noqa: E402
 from captioning.training import startup, sweep_stop  # noqa: E402
@@ -151,7 +151,7 @@ def unknown_key_message(err: Exception, overrides: list[str]) -> str | None:
     if not match:
         return None
     wrong = match.group(1)
-    from captioning.config import compose_config
+    from captioning.compose import compose_config
 
     try:
         cfg, _ = compose_config("train", [a for a in overrides if a.split("=", 1)[0].lstrip("+~") != wrong])
@@ -196,7 +196,7 @@ def cli() -> None:
                 )
                 sys.exit(2)
     if not any(a.startswith("-") for a in args):
-        from captioning.config import compose_config
+        from captioning.compose import compose_config
 
         # hydra.* overrides configure the run itself, not the config: Hydra checks those; but a config
         # search path changes what composes (a user's own config folder), so it is kept

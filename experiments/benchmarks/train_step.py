@@ -13,7 +13,7 @@ from collections.abc import Callable
 import hydra
 import torch
 
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from captioning.losses import caption_loss
 from captioning.models.decoders.base import shift_inputs
 from captioning.training.build import net_config

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from captioning.checkpoints.load import load_checkpoint
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from captioning.data.features import FeatureCache
 from captioning.data.images import image_to_tensor
 from captioning.data.readers import read_flickr8k

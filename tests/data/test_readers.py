@@ -297,7 +297,7 @@ def test_flickr8k_split_test_is_an_error_naming_the_lists_found_or_the_real_test
     tmp_path: Path,
 ) -> None:
     """split=test never scores the dev images under another name (the evaluate trap)."""
-    from captioning.config import compose_config
+    from captioning.compose import compose_config
     from captioning.data.sources import MissingSplit, RecordSource, flickr8k_split
     from captioning.inference.evaluation import build_source
 

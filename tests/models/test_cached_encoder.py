@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from captioning.data.datamodule import CaptionDataModule
 from captioning.data.features import FORMAT_VERSION, CachedEncoder, FeatureCache
 from captioning.data.sources import SyntheticSource

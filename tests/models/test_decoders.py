@@ -91,7 +91,7 @@ def test_label_smoothing_matches_torch_and_leaves_xent_true(decoder):
 
 def lstm_decoders() -> list[str]:
     """The decoder configs that build the LSTM (by their composed ``_target_``, not by name)."""
-    from captioning.config import compose_config
+    from captioning.compose import compose_config
 
     targets = {d: compose_config("train", [f"model/decoder={d}"])[0].model.decoder._target_ for d in DECODERS}
     return [d for d, target in targets.items() if target.endswith(".LSTMDecoder")]

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from captioning.checkpoints.load import load_checkpoint
-from captioning.config import compose_config
+from captioning.compose import compose_config
 from captioning.data.datamodule import CaptionDataModule
 from captioning.data.features import FeatureCache
 from captioning.data.images import image_to_tensor

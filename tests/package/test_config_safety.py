@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from captioning.config import CONFIG_DIR, compose_config
+from captioning.compose import CONFIG_DIR, compose_config
 from captioning.config_safety import (
     MAX_YAML_NODES,
     check_yaml_file,

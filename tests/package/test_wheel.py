@@ -77,7 +77,7 @@ def installed(tmp_path_factory) -> dict:
 
 
 def test_imports_the_installed_package_not_the_clone(installed) -> None:
-    code = "import captioning, captioning.config as c; print(captioning.__file__); print(c.CONFIG_DIR)"
+    code = "import captioning, captioning.compose as c; print(captioning.__file__); print(c.CONFIG_DIR)"
     out = _run([installed["bin"] / "python", "-c", code], installed["cwd"], installed["env"]).stdout.split()
     assert all(Path(p).is_relative_to(installed["venv"]) for p in out), out
 

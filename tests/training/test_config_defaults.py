@@ -18,7 +18,7 @@ import pytest
 import yaml
 from hydra.utils import get_object
 
-from captioning.config import CONFIG_DIR
+from captioning.compose import CONFIG_DIR
 
 CONF = Path(CONFIG_DIR)
 FILES = sorted(CONF.rglob("*.yaml"))

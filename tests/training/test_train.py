@@ -110,7 +110,7 @@ def test_only_the_first_process_of_the_job_prints_the_best_checkpoint(env, zero,
 def test_every_experiment_with_early_stopping_checks_after_validation():
     """An epoch-end last.ckpt is saved after validation: a resumed run checked at the train epoch's end
     would find no val metric yet and crash."""
-    from captioning.config import CONFIG_DIR, compose_config
+    from captioning.compose import CONFIG_DIR, compose_config
 
     names = sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
     checked = 0
