@@ -91,10 +91,10 @@ def diagnose(
     for start in range(0, len(positions), batch_size):
         batch = positions[start : start + batch_size]
         rows = torch.stack([inputs(i) for i in batch])
-        grids = model.net.encode_features(rows) if cache else model.net.encode(rows)  # (B, L, D)
-        greedy = generate(model.net.decoder, grids, num_beams=1, max_new_tokens=max_new_tokens)
+        features = model.net.encode_features(rows) if cache else model.net.encode(rows)  # (B, L, D)
+        greedy = generate(model.net.decoder, features, num_beams=1, max_new_tokens=max_new_tokens)
         sampled = generate(
-            model.net.decoder, grids, do_sample=True, num_return_sequences=k, temperature=1.0,
+            model.net.decoder, features, do_sample=True, num_return_sequences=k, temperature=1.0,
             max_new_tokens=max_new_tokens, generator=generator,
         )  # fmt: skip  # (B·K, T), an image's K samples adjacent
         for name, result, images in (("greedy", greedy, batch), ("sample", sampled, np.repeat(batch, k))):
@@ -107,7 +107,7 @@ def diagnose(
                 out["greedy_captions"].extend(captions)
         # The word distribution along each sample, teacher-forced (the pass SCST's gradient goes through).
         tokens = sampled.tokens
-        logits = model.net.decoder(grids.repeat_interleave(k, 0), teacher_forced_inputs(tokens)).logits
+        logits = model.net.decoder(features.repeat_interleave(k, 0), teacher_forced_inputs(tokens)).logits
         entropy = word_entropy(torch.log_softmax(logits.float(), -1))  # (B·K, T) nats
         mask = (tokens != Vocab.pad_id).float()
         out["sample_entropy"].append(((entropy * mask).sum(1) / mask.sum(1).clamp_min(1)).numpy())

@@ -61,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
         cfg, _ = compose_config("eval", ["split=train", *args.overrides])
         check_eval_config(cfg)
         source = build_source(cfg.data, cfg.split)
-        model = load_checkpoint(args.checkpoint)
-        cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
+        loaded = load_checkpoint(args.checkpoint)
+        cache = frozen_feature_cache(loaded, cfg.paths.cache if cfg.feature_cache else None)
         skipped: list[str] = []  # unreadable images, left out of the bank: one line each below
-        bank = build_caption_bank(model, source, cache, skipped=skipped)
+        bank = build_caption_bank(loaded, source, cache, skipped=skipped)
         bank.save(out)
     except (*user_errors(), ValueError, RuntimeError, OSError) as err:
         print(f"captioning bank: error: {one_line(err)}", file=sys.stderr)

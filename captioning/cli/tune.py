@@ -154,17 +154,17 @@ def run(args: argparse.Namespace) -> int:
         source = build_source(cfg.data, cfg.split)
         if len(source) < 2:  # the choice is checked on a held-out half: each half needs an image
             raise ValueError(f"the {cfg.split} split has {len(source)} image(s); tuning needs at least 2")
-        model = load_checkpoints(args.checkpoint)
-        if args.hard_attention and not hard_attention_layers(model.net.decoder):
+        loaded = load_checkpoints(args.checkpoint)
+        if args.hard_attention and not hard_attention_layers(loaded.net.decoder):
             raise ValueError(
                 f"--hard-attention: {label} has no hard attention to decode either way (soft "
                 "attention reads the expected context already)"
             )
-        cache = frozen_feature_cache(model, cfg.paths.cache if cfg.feature_cache else None)
+        cache = frozen_feature_cache(loaded, cfg.paths.cache if cfg.feature_cache else None)
     except (*user_errors(), ValueError) as err:
         print(f"captioning tune: error: {one_line(err)}", file=sys.stderr)
         return 2
-    stored = GenerationConfig.from_dict(model.decoding)
+    stored = GenerationConfig.from_dict(loaded.decoding)
     fixed = {k: v for k, v in OmegaConf.to_container(cfg.decoding).items() if v is not None}
     try:
         base = stored.replace(**fixed)  # checked with every setting of the grid, before any decoding
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     for options in progress.track(settings, "tuning", unit="setting"):
         decoding = base.replace(**options).to_dict()
         try:
-            decoded = decode_source(model, source, decoding, cfg.batch_size, cache)
+            decoded = decode_source(loaded, source, decoding, cfg.batch_size, cache)
         except BrokenOutput as err:  # NaN scores or only empty captions: nothing to rank or --write
             print(f"captioning tune: error: {label}: {err}", file=sys.stderr)
             return 2

@@ -75,14 +75,14 @@ class BatchDecoder:
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
 
     @torch.no_grad()
-    def encode(self, batch: Tensor, features: bool = False) -> Tensor:
-        """``batch`` (B, 3, S, S) images, or with ``features`` (B, L, D) grids a feature cache stored for
+    def encode(self, batch: Tensor, cached: bool = False) -> Tensor:
+        """``batch`` (B, 3, S, S) images, or with ``cached`` (B, L, D) features a feature cache stored for
         this encoder, as the decoder reads them: (B, L, D)."""
         with self._autocast():
-            return self._grids(batch.to(self.device), features)
+            return self._features(batch.to(self.device), cached)
 
-    def _grids(self, batch: Tensor, features: bool) -> Tensor:
-        return self.net.encode_batch({"features" if features else "images": batch})  # (B, L, D)
+    def _features(self, batch: Tensor, cached: bool) -> Tensor:
+        return self.net.encode_batch({"features" if cached else "images": batch})  # (B, L, D)
 
     @torch.no_grad()
     def decode(
@@ -91,7 +91,7 @@ class BatchDecoder:
         config: GenerationConfig,
         names: Sequence[str],
         *,
-        features: bool = False,
+        cached: bool = False,
         generator: torch.Generator | None = None,
         reranker: ConsensusReranker | None = None,
         image_ids: Sequence[Hashable] | None = None,
@@ -109,14 +109,14 @@ class BatchDecoder:
         batch = batch.to(self.device)
         with self._autocast():
             if reranker is None:
-                inputs = {"features": batch} if features else {"inputs": batch}
+                inputs = {"features": batch} if cached else {"inputs": batch}
                 decoded = decode_captions(self.net, self.vocab, config=config, generator=generator, **inputs)
                 n = config.num_return_sequences
                 per_image = [
                     decoded[i * n : (i + 1) * n] for i in range(len(names))
                 ]  # an image's rows adjacent
             else:
-                per_image = self._reranked(batch, features, config, reranker, names, image_ids)
+                per_image = self._reranked(batch, cached, config, reranker, names, image_ids)
         for name, captions in zip(names, per_image):
             check_finite(captions, name, self.checkpoint)
         check_not_all_empty(
@@ -124,15 +124,15 @@ class BatchDecoder:
         )
         return per_image
 
-    def _reranked(self, batch, features, config, reranker, names, image_ids) -> list[list[Caption]]:
-        grids = self._grids(batch, features)  # (B, L, D)
-        options = reranker.candidates(self.net.decoder, grids, self.vocab, config)
+    def _reranked(self, batch, cached, config, reranker, names, image_ids) -> list[list[Caption]]:
+        features = self._features(batch, cached)  # (B, L, D)
+        options = reranker.candidates(self.net.decoder, features, self.vocab, config)
         for name, image_options in zip(names, options):
             check_finite(
                 image_options, name, self.checkpoint
             )  # a broken model's candidates are never voted on
         out = []
-        for kept, image_options in zip(reranker.choose(options, grids, image_ids), options):
+        for kept, image_options in zip(reranker.choose(options, features, image_ids), options):
             distinct = {" ".join(kept.words): kept}
             for c in image_options:
                 distinct.setdefault(" ".join(c.words), c)

@@ -27,9 +27,9 @@ from captioning.data.tokenize import tokenize
 from captioning.writes import BANK, BANK_KEY, Output, output
 
 
-def pooled(grids: Tensor) -> Tensor:
+def pooled(features: Tensor) -> Tensor:
     """(B, L, D) grids -> (B, D) unit vectors: the mean over the L cells, L2-normalised."""
-    return torch.nn.functional.normalize(grids.float().mean(dim=1), dim=-1)  # (B, D)
+    return torch.nn.functional.normalize(features.float().mean(dim=1), dim=-1)  # (B, D)
 
 
 class CaptionBank:
@@ -164,20 +164,20 @@ class CaptionBank:
                 "build the bank with this captioner"
             )
 
-    def cosines(self, grids: Tensor) -> Tensor:
+    def cosines(self, features: Tensor) -> Tensor:
         """(B, N): the cosine of each query grid (B, L, D), pooled, with every bank image."""
-        if grids.shape[-1] != self.vectors.shape[-1]:
+        if features.shape[-1] != self.vectors.shape[-1]:
             raise ValueError(
-                f"caption bank: queries have D={grids.shape[-1]}, the bank D={self.vectors.shape[-1]}; "
+                f"caption bank: queries have D={features.shape[-1]}, the bank D={self.vectors.shape[-1]}; "
                 "expected grids of the encoder the bank was built with"
             )
-        return pooled(grids) @ self.vectors.T  # (B, D) @ (D, N)
+        return pooled(features) @ self.vectors.T  # (B, D) @ (D, N)
 
-    def nearest(self, grids: Tensor, k: int, exclude: Sequence[Hashable] | None = None) -> list[list[int]]:
+    def nearest(self, features: Tensor, k: int, exclude: Sequence[Hashable] | None = None) -> list[list[int]]:
         """Per query grid (B, L, D), the bank rows of its ``k`` nearest images, nearest first. A query's
         own image (``exclude[b]``, an image id) is never its neighbour: evaluating on the bank's split
         must not read the answers."""
-        sim = self.cosines(grids)  # (B, N)
+        sim = self.cosines(features)  # (B, N)
         if exclude is not None:
             where = {image_id: j for j, image_id in enumerate(self.image_ids)}
             for b, image_id in enumerate(exclude):

@@ -134,12 +134,12 @@ class ConsensusReranker:
         return [v for j in rows for v in self._voices[j]]
 
     def candidates(
-        self, decoder: Decoder, grids: Tensor, vocab: Vocab, decoding: GenerationConfig
+        self, decoder: Decoder, features: Tensor, vocab: Vocab, decoding: GenerationConfig
     ) -> list[list[Caption]]:
-        """Per image of ``grids`` (B, L, D): each decoder's n best beams, then its samples."""
+        """Per image of ``features`` (B, L, D): each decoder's n best beams, then its samples."""
         cfg = self.config
         members = list(decoder.members) if isinstance(decoder, EnsembleDecoder) else [decoder]
-        per_image: list[list[Caption]] = [[] for _ in range(grids.shape[0])]
+        per_image: list[list[Caption]] = [[] for _ in range(features.shape[0])]
         for member in members:
             runs = [(decoding.replace(num_beams=cfg.num_beams, num_return_sequences=cfg.num_beams), None)]
             if cfg.num_samples:
@@ -148,22 +148,22 @@ class ConsensusReranker:
                 )
                 runs.append((sampling, self.generator))
             for options, generator in runs:
-                out = generate(member, grids, options, generator=generator)
+                out = generate(member, features, options, generator=generator)
                 captions, n = to_captions(out, vocab), out.num_return_sequences
-                for b in range(grids.shape[0]):
+                for b in range(features.shape[0]):
                     per_image[b].extend(captions[b * n : (b + 1) * n])  # an image's rows are adjacent
         return per_image
 
     def votes(
         self,
         candidates: Sequence[Sequence[Caption]],
-        grids: Tensor,
+        features: Tensor,
         image_ids: Sequence[Hashable] | None = None,
     ) -> list[tuple[list[str], np.ndarray, np.ndarray]]:
         """Per image: its distinct candidate captions (first occurrence order), their mean CIDEr-D against
         all the candidates (repeats vote too) and against the nearest training images' captions."""
         k = self.config.neighbours
-        nearest = self.bank.nearest(grids, k, exclude=image_ids) if k else [[] for _ in candidates]
+        nearest = self.bank.nearest(features, k, exclude=image_ids) if k else [[] for _ in candidates]
         out = []
         for options, rows in zip(candidates, nearest):
             texts = [" ".join(c.words) for c in options]
@@ -177,12 +177,14 @@ class ConsensusReranker:
     def choose(
         self,
         candidates: Sequence[Sequence[Caption]],
-        grids: Tensor,
+        features: Tensor,
         image_ids: Sequence[Hashable] | None = None,
     ) -> list[Caption]:
         """The best-scored candidate of each image (ties: the earlier, i.e. the model's own order)."""
         chosen = []
-        for options, (unique, own, neighbours) in zip(candidates, self.votes(candidates, grids, image_ids)):
+        for options, (unique, own, neighbours) in zip(
+            candidates, self.votes(candidates, features, image_ids)
+        ):
             score = own + self.config.weight * neighbours
             if any(unique):  # an empty caption (<end> first) is no caption: it wins only when all are empty
                 score = np.where([bool(t) for t in unique], score, -np.inf)

@@ -147,23 +147,23 @@ def evaluate_checkpoint(
     paths = [checkpoint] if isinstance(checkpoint, str | Path) else list(checkpoint)
     if rerank is not None:  # options the reranking sets itself: refused before anything is loaded
         rerank.check_decoding(decoding or {}, "decoding")
-    model = load_checkpoints(paths)
-    model.net.to(device)
+    loaded = load_checkpoints(paths)
+    loaded.net.to(device)
     decoding = (
-        BatchDecoder.of(model)
-        .generation_config(model.decoding, decoding or {}, members_label(paths), "decoding.")
+        BatchDecoder.of(loaded)
+        .generation_config(loaded.decoding, decoding or {}, members_label(paths), "decoding.")
         .to_dict()
     )
     if decoding["num_return_sequences"] != 1:
         raise ValueError("evaluate scores one caption per image: decoding.num_return_sequences must be 1")
-    cache = frozen_feature_cache(model, cache_dir, device)
+    cache = frozen_feature_cache(loaded, cache_dir, device)
     reranker = None
     if rerank is not None:
         if bank_source is None:
             raise ValueError("rerank needs a bank_source: the training split whose captions vote")
-        reranker = ConsensusReranker(rerank, build_caption_bank(model, bank_source, cache))
+        reranker = ConsensusReranker(rerank, build_caption_bank(loaded, bank_source, cache))
     generator = torch.Generator(device=device).manual_seed(seed)
-    decoded = decode_source(model, source, decoding, batch_size, cache, reranker, generator)
+    decoded = decode_source(loaded, source, decoding, batch_size, cache, reranker, generator)
     decoded_ids = set(decoded.image_ids)  # unreadable images are left out of the scores (and reported)
     references = {
         source.image_id(i): list(source.captions(i))
@@ -173,8 +173,8 @@ def evaluate_checkpoint(
     report = evaluate_results(decoded.results(), references, metrics=metrics, tokenizer=tokenizer)
     scenes = scene_results(decoded, source) if isinstance(source, SyntheticSource) else None
     params = {
-        "total": sum(p.numel() for p in model.net.parameters()),
-        "trainable": sum(p.numel() for p in model.net.parameters() if p.requires_grad),
+        "total": sum(p.numel() for p in loaded.net.parameters()),
+        "trainable": sum(p.numel() for p in loaded.net.parameters() if p.requires_grad),
     }
     return Evaluation(
         members_label(paths), data_name, decoding, report, decoded, scenes, params,

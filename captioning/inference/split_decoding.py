@@ -51,28 +51,28 @@ class SplitCaptions:
 
 
 def frozen_feature_cache(
-    model: LoadedCheckpoint, cache_dir: str | Path | None, device: str = "cpu"
+    loaded: LoadedCheckpoint, cache_dir: str | Path | None, device: str = "cpu"
 ) -> FeatureCache | None:
     """The feature cache in ``cache_dir`` for a frozen encoder; None without a folder or for an encoder
     that trains (its grids change with its weights)."""
-    encoder = model.net.encoder
+    encoder = loaded.net.encoder
     if cache_dir is None or any(p.requires_grad for p in encoder.parameters()):
         return None
     return FeatureCache(encoder, cache_dir, device=device)
 
 
 def model_inputs(
-    model: LoadedCheckpoint, source: CaptionSource, feature_cache: FeatureCache | None
+    loaded: LoadedCheckpoint, source: CaptionSource, feature_cache: FeatureCache | None
 ) -> Callable[[int], torch.Tensor]:
-    """Image i of ``source`` as the model reads it: its cached grid (``model.net.encode_features``) with a
-    ``feature_cache``, else the image itself (``model.net.encode``)."""
+    """Image i of ``source`` as the model reads it: its cached grid (``loaded.net.encode_features``) with a
+    ``feature_cache``, else the image itself (``loaded.net.encode``)."""
     if feature_cache is not None:
-        return feature_cache.features(source, model.image_size)
-    return ImageLoader(source, model.image_size)
+        return feature_cache.features(source, loaded.image_size)
+    return ImageLoader(source, loaded.image_size)
 
 
 def source_batches(
-    model: LoadedCheckpoint,
+    loaded: LoadedCheckpoint,
     source: CaptionSource,
     feature_cache: FeatureCache | None,
     batch_size: int,
@@ -82,7 +82,7 @@ def source_batches(
     """``(indices, batch)`` for every ``batch_size`` source indices: (B, 3, S, S) images, or (B, L, D)
     cached grids with a ``feature_cache``. An unreadable image is left out, its line appended to
     ``skipped``; a batch with no readable image is not yielded."""
-    inputs = model_inputs(model, source, feature_cache)
+    inputs = model_inputs(loaded, source, feature_cache)
     for start in progress.batches(len(source), batch_size, desc):
         indices, rows = [], []
         for i in range(start, min(start + batch_size, len(source))):
@@ -96,7 +96,7 @@ def source_batches(
 
 
 def decode_source(
-    model: LoadedCheckpoint,
+    loaded: LoadedCheckpoint,
     source: CaptionSource,
     decoding: dict[str, Any],
     batch_size: int = 50,
@@ -110,13 +110,13 @@ def decode_source(
     with the image's own bank entry). ``generator`` draws the samples of ``do_sample`` (repeatable runs).
     A broken network (NaN/inf scores, a batch of empty captions) raises the decoder's ``BrokenOutput``
     naming the image and the checkpoint: it is never scored."""
-    decoder, config = BatchDecoder.of(model), GenerationConfig.from_dict(decoding)
-    decoded = SplitCaptions([], [], [], [], (model.net.grid_size, model.net.grid_size))
+    decoder, config = BatchDecoder.of(loaded), GenerationConfig.from_dict(decoding)
+    decoded = SplitCaptions([], [], [], [], (loaded.net.grid_size, loaded.net.grid_size))
     desc = "decoding" if reranker is None else "decoding and reranking"
-    for indices, batch in source_batches(model, source, feature_cache, batch_size, desc, decoded.skipped):
+    for indices, batch in source_batches(loaded, source, feature_cache, batch_size, desc, decoded.skipped):
         ids = [source.image_id(i) for i in indices]
         per_image = decoder.decode(
-            batch, config, [f"image {i}" for i in ids], features=feature_cache is not None,
+            batch, config, [f"image {i}" for i in ids], cached=feature_cache is not None,
             generator=generator, reranker=reranker, image_ids=ids,
         )  # fmt: skip
         for i, image_id, captions in zip(indices, ids, per_image):
@@ -130,22 +130,22 @@ def decode_source(
 
 
 def build_caption_bank(
-    model: LoadedCheckpoint,
+    loaded: LoadedCheckpoint,
     source: CaptionSource,
     feature_cache: FeatureCache | None,
     skipped: list[str] | None = None,
     batch_size: int = 250,
 ) -> CaptionBank:
-    """The caption bank of ``source`` (a training split) seen through ``model``'s encoder (the batch
+    """The caption bank of ``source`` (a training split) seen through ``loaded``'s encoder (the batch
     decoder's ``encode``), with its identity.
 
     An unreadable image is left out of the bank (as training and evaluate skip it): one line per image
     is appended to ``skipped`` when given, else one warning names how many and the first."""
-    decoder = BatchDecoder.of(model)
+    decoder = BatchDecoder.of(loaded)
     lines: list[str] = []
     vectors, kept = [], []
-    for indices, batch in source_batches(model, source, feature_cache, batch_size, "caption bank", lines):
-        vectors.append(pooled(decoder.encode(batch, features=feature_cache is not None)))  # (b, D)
+    for indices, batch in source_batches(loaded, source, feature_cache, batch_size, "caption bank", lines):
+        vectors.append(pooled(decoder.encode(batch, cached=feature_cache is not None)))  # (b, D)
         kept += indices
     if not kept:
         raise ValueError(
@@ -162,5 +162,5 @@ def build_caption_bank(
     captions = [[t for t in (" ".join(tokenize(c)) for c in source.captions(i)) if t] for i in kept]
     return CaptionBank(
         torch.cat(vectors), captions, [source.image_id(i) for i in kept],
-        encoder_identity(model.net.encoder, model.image_size),
+        encoder_identity(loaded.net.encoder, loaded.image_size),
     )  # fmt: skip

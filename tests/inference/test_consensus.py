@@ -92,9 +92,9 @@ def test_bank_returns_the_nearest_by_cosine_and_never_the_query_itself():
 
 def test_bank_built_from_a_source_pools_what_encode_returns():
     source = SyntheticSource(6, seed=3, split="train")
-    grids = torch.randn(6, 4, 5)
-    bank = CaptionBank.build(lambda x: x, lambda i: grids[i], source, batch_size=4)
-    assert torch.allclose(bank.vectors, pooled(grids))
+    features = torch.randn(6, 4, 5)
+    bank = CaptionBank.build(lambda x: x, lambda i: features[i], source, batch_size=4)
+    assert torch.allclose(bank.vectors, pooled(features))
     assert bank.image_ids == [source.image_id(i) for i in range(6)]
     assert bank.captions[2] == [" ".join(c.lower().split()) for c in source.captions(2)]
 
@@ -115,12 +115,14 @@ def tiny_checkpoint(make_checkpoint):
 def test_an_ensembles_candidates_are_each_members_own(tiny_checkpoint):
     net = load_checkpoint(tiny_checkpoint).net
     vocab = load_checkpoint(tiny_checkpoint).vocab
-    grids = net.encode(torch.rand(2, 3, 64, 64))
-    bank = bank_of([[1.0] * grids.shape[-1]] * 2, refs=[["a shape"], ["a circle"]])
+    features = net.encode(torch.rand(2, 3, 64, 64))
+    bank = bank_of([[1.0] * features.shape[-1]] * 2, refs=[["a shape"], ["a circle"]])
     reranker = ConsensusReranker(RerankConfig(num_beams=3, num_samples=0), bank)
-    single = reranker.candidates(net.decoder, grids, vocab, GenerationConfig())
-    both = reranker.candidates(EnsembleDecoder([net.decoder, net.decoder]), grids, vocab, GenerationConfig())
-    beams = to_captions(generate(net.decoder, grids, num_beams=3, num_return_sequences=3), vocab)
+    single = reranker.candidates(net.decoder, features, vocab, GenerationConfig())
+    both = reranker.candidates(
+        EnsembleDecoder([net.decoder, net.decoder]), features, vocab, GenerationConfig()
+    )
+    beams = to_captions(generate(net.decoder, features, num_beams=3, num_return_sequences=3), vocab)
     assert [[c.words for c in image] for image in single] == [
         [c.words for c in beams[b * 3 : b * 3 + 3]] for b in range(2)
     ]
@@ -150,12 +152,12 @@ def test_evaluate_with_one_candidate_reranks_to_plain_decoding(tiny_checkpoint, 
     # Every kept caption is one of the candidates the reranker was given: the same beams and seeded samples.
     model = load_checkpoint(tiny_checkpoint)
     loader = ImageLoader(SyntheticSource(6, seed=0, split="test"), model.image_size)
-    grids = model.net.encode(torch.stack([loader(i) for i in range(6)]))
+    features = model.net.encode(torch.stack([loader(i) for i in range(6)]))
     decoding = GenerationConfig.from_dict(model.decoding).replace(num_beams=3)
     reranker = ConsensusReranker(
-        RerankConfig(), bank_of([[1.0] * grids.shape[-1]] * 2, refs=[["a shape"], ["a circle"]])
+        RerankConfig(), bank_of([[1.0] * features.shape[-1]] * 2, refs=[["a shape"], ["a circle"]])
     )
-    options = reranker.candidates(model.net.decoder, grids, model.vocab, decoding)
+    options = reranker.candidates(model.net.decoder, features, model.vocab, decoding)
     assert len(options[0]) == 15  # 5 beams + 10 samples
     for kept, image in zip(results["full"], options):
         assert kept["caption"] in {" ".join(c.words) for c in image}
