@@ -219,25 +219,27 @@ def test_the_sbatch_template_survives_a_preemption_and_a_time_limit_warning_by_i
 def test_a_run_longer_than_its_time_limit_saves_on_the_warning_requeues_itself_and_finishes(
     slurm: dict, tmp_path: Path
 ) -> None:
-    """A real --time: SLURM itself sends the warning (no scancel), --signal=USR1@80 before a 2-minute limit,
-    i.e. about 40 s into the job (SLURM's time checks run every ~30 s; the limit itself is enforced up to
-    30 s late, OverTimeLimit=0, KillWait=30: the warning always comes first). The first start sleeps after
-    each step (support/slow_start.py) so that it would need 30 x 4 s, past the limit; the restart trains at
-    full speed and ends before its own warning. The only shortcut: the requeued job is started at once
-    rather than after SLURM's ~2 minutes of BeginTime."""
-    run_dir, log, steps = tmp_path / "run", tmp_path / "slurm.out", 30  # 2 epochs of 15 tiny steps
+    """A real --time: SLURM itself sends the warning (no scancel). Its time checks run every ~30 s, so
+    --signal=USR1@60 before a 2-minute limit arrives 30 to 60 s into the job (measured: a warning can come
+    up to 30 s before the margin asked for; a warning during start-up, before the callback handles it,
+    ends the process: SIGUSR1's default), and the limit itself is enforced up to 30 s late (OverTimeLimit=0,
+    KillWait=30): the warning always comes first. The first start sleeps 9 s after each step
+    (support/slow_start.py), so it would need 15 x 9 s, past the limit; the restart trains at full speed
+    and ends before its own warning. The only shortcut: the requeued job is started at once rather than
+    after SLURM's ~2 minutes of BeginTime."""
+    run_dir, log, steps = tmp_path / "run", tmp_path / "slurm.out", 15  # one epoch of 15 tiny steps
     overrides = [
         *TINY,
         "trainer.accelerator=cpu",
         "trainer.precision=32-true",
-        "trainer.max_epochs=2",
+        "trainer.max_epochs=1",
         "trainer.enable_progress_bar=false",
         "callbacks.progress_lines.every_n_steps=1",
         "+callbacks.slow_start._target_=support.slow_start.SlowFirstStart",
-        "+callbacks.slow_start.seconds=4",
+        "+callbacks.slow_start.seconds=9",
         "allowed_targets=[support.slow_start]",  # the tests' own callback (config_safety.py)
     ]
-    limits = ["--time=2", "--signal=USR1@80"]  # overriding the template's --time=24:00:00 --signal=USR1@300
+    limits = ["--time=2", "--signal=USR1@60"]  # overriding the template's --time=24:00:00 --signal=USR1@300
     sbatch = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1", *limits]
     job = subprocess.run(
         [*sbatch, f"--output={log}", str(TEMPLATE), *overrides],
