@@ -294,10 +294,12 @@ def _job_env(code: str, tmp_path: Path, slurm: dict) -> dict:
 @pytest.mark.parametrize("name", sorted(CPU_FORM))
 def test_a_documented_cluster_command_runs_as_written(name: str, slurm: dict, tmp_path: Path) -> None:
     """The block as the docs write it, with only CPU_FORM's substitutions, run from a folder that has the
-    clone's scripts/ (the docs' paths are relative to the clone); asserts what the docs say it produces."""
+    clone's scripts/ and this Python's .venv (the docs' paths are relative to the clone); asserts what the
+    docs say it produces."""
     code = cpu_form(name)
     env = _job_env(code, tmp_path, slurm)
     (tmp_path / "scripts").symlink_to(REPO / "scripts")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)  # `source .venv/bin/activate`
     if code.startswith("#!"):  # a batch script: submitted as the docs' reader would
         (tmp_path / "job.sh").write_text(code + "\n")
         cmd = ["sbatch", "--parsable", "job.sh"]
@@ -335,3 +337,5 @@ def test_a_documented_cluster_command_runs_as_written(name: str, slurm: dict, tm
     run_dir = tmp_path / "outputs" / "slurm" / job  # the run folder both pages name
     assert _history(run_dir)
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] > 0
+    if "logger=[csv,wandb]" in code:  # the W&B run, offline as the script asks, in the run folder
+        assert list((run_dir / "wandb").glob("offline-run-*")), sorted(p.name for p in run_dir.iterdir())

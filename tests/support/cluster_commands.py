@@ -71,6 +71,20 @@ CPU_FORM: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ),
         ],
     ),
+    "wandb-srun": (
+        "docs/wandb_ddp.md",
+        [
+            ("--ntasks-per-node=4", "--ntasks-per-node=1", "one rank per node: no GPUs to give each a rank"),
+            ("#SBATCH --gres=gpu:4\n", "", "no GPUs"),
+            ("--cpus-per-task=8", "--cpus-per-task=1", "a local node has 4 CPUs"),
+            ("trainer.devices=4", "trainer.devices=1", "one rank a node, as --ntasks-per-node"),
+            (
+                "data.num_workers=6",
+                f"data.num_workers=0 {tiny_lite(112)}",
+                "no loader processes; the tiny CPU run",
+            ),
+        ],
+    ),
     "coco-srun": (
         "docs/guides/coco.md",
         [
