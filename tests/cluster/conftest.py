@@ -14,12 +14,15 @@ import pytest
 from support import REPO
 
 SCRIPT = REPO / "scripts" / "slurm_local.sh"
+# where a job finds the captioning package (found, not imported: a second, not torch's import time)
+FIND_CAPTIONING = "import importlib.util; print(importlib.util.find_spec('captioning').origin)"
 
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory) -> dict[str, str]:
     """The environment a job submitted from here needs: SLURM_CONF, this Python's bin folder first on PATH
-    (the jobs run ``captioning-train``), one thread per process (2 cores shared by several ranks)."""
+    (the jobs run ``captioning-train``), this checkout first on PYTHONPATH (checked: a job on the cluster
+    finds ``captioning`` here), one thread per process (2 cores shared by several ranks)."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     was_running = subprocess.run([SCRIPT, "status"], env=env, capture_output=True).returncode == 0
     if not was_running:
@@ -28,6 +31,21 @@ def slurm(tmp_path_factory) -> dict[str, str]:
             pytest.skip(started.stderr.strip().splitlines()[-1])
         assert started.returncode == 0, started.stderr[-3000:]
     conf = subprocess.run([SCRIPT, "env"], capture_output=True, text=True).stdout.split("=", 1)[1].strip()
-    yield {**env, "SLURM_CONF": conf, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    if not was_running:
-        subprocess.run([SCRIPT, "stop"], env=env, capture_output=True, timeout=120)
+    # The jobs import this checkout's code (and the tests' helpers, support.*), whichever checkout the
+    # Python's editable install points at: sbatch passes the environment on to every job.
+    path = os.pathsep.join(filter(None, [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH")]))
+    job_env = {**env, "SLURM_CONF": conf, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    job_env.update(PYTHONPATH=path, HF_HUB_OFFLINE="1")
+    try:
+        where = subprocess.run(
+            ["srun", "--nodes=1", sys.executable, "-c", FIND_CAPTIONING],
+            env=job_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert where.stdout.strip() == str(REPO / "captioning" / "__init__.py"), where.stdout + where.stderr
+        yield job_env
+    finally:
+        if not was_running:
+            subprocess.run([SCRIPT, "stop"], env=env, capture_output=True, timeout=120)

@@ -1,6 +1,8 @@
 """On a real SLURM cluster (scripts/slurm_local.sh: n1 and n2 on 127.0.0.1): the project's own launcher
-(hydra/launcher=slurm) runs sweeps and DDP jobs with the same results as without SLURM, and the sbatch
-template (scripts/slurm_train.sbatch) survives a preemption and its time-limit warning by itself.
+(hydra/launcher=slurm) runs sweeps and DDP jobs with the same results as without SLURM, the sbatch
+template (scripts/slurm_train.sbatch) survives a preemption, its time-limit warning and a real time limit
+by itself, and every cluster command of the docs runs as written, in its CPU form
+(tests/support/cluster_commands.py).
 
 All cluster tests live in this one file: ``make test`` runs files on pytest-xdist workers (--dist
 loadfile), and the session's cluster must have one user, who starts and stops it (conftest.py)."""
@@ -20,7 +22,9 @@ import torch
 from training.test_ddp import RUN as DDP_RUN
 from training.test_ddp import read_val_row, validate_one_process
 
-from support import REPO, TINY, compose_train
+from support import FLICKR8K, HAS_FLICKR8K, REPO, TINY, compose_train
+from support.cluster_commands import CPU_FORM, cpu_form
+from support.coco_replica import write_karpathy_replica
 
 pytestmark = pytest.mark.slow
 
@@ -124,11 +128,11 @@ def _release(job: str, env: dict) -> None:
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=True)
 
 
-def _attempts(log: Path) -> list[list[int]]:
+def _attempts(log: Path, steps: int = STEPS) -> list[list[int]]:
     """For each start of the job, the steps its progress lines name (rank 0 prints one per step)."""
     text = log.read_text() if log.is_file() else ""
     starts = text.split("slurm_train: job")[1:]
-    return [[int(s) for s in re.findall(rf"^step (\d+)/{STEPS}", part, re.M)] for part in starts]
+    return [[int(s) for s in re.findall(rf"^step (\d+)/{steps}", part, re.M)] for part in starts]
 
 
 def _wait_for_step(log: Path, step: int, job: str, env: dict, attempt: int = 0, timeout: float = 300) -> None:
@@ -207,6 +211,131 @@ def test_the_sbatch_template_survives_a_preemption_and_a_time_limit_warning_by_i
     files = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*.ckpt")}
     subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)
     _release(job, slurm)
-    assert _wait_for(job, slurm, {"COMPLETED", "FAILED"}) == "COMPLETED"
+    state = _wait_for(job, slurm, {"COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"})
+    assert state == "COMPLETED", log.read_text()[-4000:]  # once FAILED under load: the log says why
     assert f"{run_dir} holds a finished run (run.json)" in log.read_text()
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*.ckpt")} == files
+
+
+def test_a_run_longer_than_its_time_limit_saves_on_the_warning_requeues_itself_and_finishes(
+    slurm: dict, tmp_path: Path
+) -> None:
+    """A real --time: SLURM itself sends the warning (no scancel). Its time checks run every ~30 s, so
+    --signal=USR1@60 before a 2-minute limit arrives 30 to 60 s into the job (measured: a warning can come
+    up to 30 s before the margin asked for; a warning during start-up, before the callback handles it,
+    ends the process: SIGUSR1's default), and the limit itself is enforced up to 30 s late (OverTimeLimit=0,
+    KillWait=30): the warning always comes first. The first start sleeps 9 s after each step
+    (support/slow_start.py), so it would need 15 x 9 s, past the limit; the restart trains at full speed
+    and ends before its own warning. The only shortcut: the requeued job is started at once rather than
+    after SLURM's ~2 minutes of BeginTime."""
+    run_dir, log, steps = tmp_path / "run", tmp_path / "slurm.out", 15  # one epoch of 15 tiny steps
+    overrides = [
+        *TINY,
+        "trainer.accelerator=cpu",
+        "trainer.precision=32-true",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        "callbacks.progress_lines.every_n_steps=1",
+        "+callbacks.slow_start._target_=support.slow_start.SlowFirstStart",
+        "+callbacks.slow_start.seconds=9",
+        "allowed_targets=[support.slow_start]",  # the tests' own callback (config_safety.py)
+    ]
+    limits = ["--time=2", "--signal=USR1@60"]  # overriding the template's --time=24:00:00 --signal=USR1@300
+    sbatch = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1", *limits]
+    job = subprocess.run(
+        [*sbatch, f"--output={log}", str(TEMPLATE), *overrides],
+        env={**slurm, "RUN_DIR": str(run_dir)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+    ended = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
+    _wait_for(job, slurm, {"RUNNING", *ended})
+    # requeued by the run itself (PENDING again), not ended by the limit (TIMEOUT)
+    assert _wait_for(job, slurm, {"PENDING", *ended}, timeout=400) == "PENDING", log.read_text()[-4000:]
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True)
+    assert _wait_for(job, slurm, ended, timeout=400) == "COMPLETED", log.read_text()[-4000:]
+
+    text = log.read_text()
+    warnings = re.findall(rf"SLURM warning signal: last.ckpt saved at step (\d+); job {job} requeued", text)
+    assert len(warnings) == 1, text[-4000:]  # warned once, by SLURM, and the restart ended before its own
+    warned_at = int(warnings[0])
+    first, restarted = _attempts(log, steps)  # exactly two starts
+    # the saving step prints no progress line (the save comes first, then the wait for SIGTERM)
+    lost = max([*first, warned_at]) - (restarted[0] - 1)  # steps the restart trains a second time
+    print(f"warned at step {warned_at} of {steps}; steps trained again after the restart: {lost}")
+    assert max(first) <= warned_at < steps  # the limit cut the first start short
+    assert restarted[0] == warned_at + 1 and restarted[-1] == steps  # on from the save: nothing lost
+    assert "DUE TO TIME LIMIT" not in text  # requeued before the limit, never killed by it
+    shown = subprocess.run(["scontrol", "show", "job", job, "-o"], env=slurm, capture_output=True, text=True)
+    assert " Restarts=1 " in shown.stdout, shown.stdout
+    final = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["global_step"] == steps and json.loads((run_dir / "run.json").read_text())["finished"]
+
+
+# ------------------------------------------------------------------------ the docs' cluster commands
+
+
+def _job_env(code: str, tmp_path: Path, slurm: dict) -> dict:
+    """The data a documented command names, found as a person's environment would give it."""
+    env = dict(slurm)
+    if "data=flickr8k" in code:
+        if not HAS_FLICKR8K:
+            pytest.skip(f"Flickr8k not found at {FLICKR8K} (set FLICKR8K_ROOT)")
+        env["FLICKR8K_ROOT"] = str(FLICKR8K)
+    if "experiment=coco" in code:  # the Karpathy-format replica (tests/support/coco_replica.py)
+        json_path = write_karpathy_replica(tmp_path / "coco")
+        env.update(COCO_ROOT=str(tmp_path / "coco"), KARPATHY_JSON=str(json_path))
+    return env
+
+
+@pytest.mark.parametrize("name", sorted(CPU_FORM))
+def test_a_documented_cluster_command_runs_as_written(name: str, slurm: dict, tmp_path: Path) -> None:
+    """The block as the docs write it, with only CPU_FORM's substitutions, run from a folder that has the
+    clone's scripts/ and this Python's .venv (the docs' paths are relative to the clone); asserts what the
+    docs say it produces."""
+    code = cpu_form(name)
+    env = _job_env(code, tmp_path, slurm)
+    (tmp_path / "scripts").symlink_to(REPO / "scripts")
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)  # `source .venv/bin/activate`
+    if code.startswith("#!"):  # a batch script: submitted as the docs' reader would
+        (tmp_path / "job.sh").write_text(code + "\n")
+        cmd = ["sbatch", "--parsable", "job.sh"]
+    else:
+        cmd = ["bash", "-e", "-c", code]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{name}:\n{code}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+
+    if name == "sweep":  # 2 decoders x 3 seeds, one job array, each job in its folder
+        sweep_dir = tmp_path / "multirun" / "flickr8k_soft_vs_gumbel"
+        (script,) = (sweep_dir / ".submitit").glob("*/*_submission.sh")  # .submitit/<array id>/
+        header = set(re.findall(r"^#SBATCH (\S+)", script.read_text(), re.M))
+        # the header docs/guides/sweeps.md shows, in its CPU form (no GPUs, one task and CPU, partition debug)
+        shown = {
+            "--array=0-5%6",
+            "--nodes=1",
+            "--ntasks-per-node=1",
+            "--cpus-per-task=1",
+            "--partition=debug",
+        }
+        assert shown | {"--time=720"} <= header and not any("gpu" in h for h in header), header
+        ended = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
+        for job in range(6):  # submitit has its results before SLURM has the job's end: wait for both
+            task = f"{script.parent.name}_{job}"
+            state = _wait_for(task, env, ended)
+            errors = "".join(p.read_text() for p in script.parent.parent.glob(f"{task}/*_log.err"))
+            assert state == "COMPLETED", errors[-3000:]
+            assert _history(sweep_dir / str(job)), job
+        return
+    job = done.stdout.strip().split()[-1]  # "Submitted batch job N" or --parsable's "N"
+    state = _wait_for(job, env, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=600)
+    log = (tmp_path / f"slurm-{job}.out").read_text()
+    assert state == "COMPLETED", log[-4000:]
+    assert "MEMBER: 1/2" in log and "MEMBER: 2/2" in log, log[-3000:]  # two nodes, one DDP world
+    run_dir = tmp_path / "outputs" / "slurm" / job  # the run folder both pages name
+    assert _history(run_dir)
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] > 0
+    if "logger=[csv,wandb]" in code:  # the W&B run, offline as the script asks, in the run folder
+        assert list((run_dir / "wandb").glob("offline-run-*")), sorted(p.name for p in run_dir.iterdir())
