@@ -1,12 +1,14 @@
 """The config groups that train.yaml picks by the names of other choices (``optional scoring: ${data}``,
-``scoring/decoder``, ``recipe``, ``debug/decoder``): every file in them is named by existing choices and
-changes the config it is picked for, and every debug setting has its width file for every decoder."""
+``scoring/decoder``, ``recipe``, ``debug/decoder``, ``debug/encoder``): every file in them is named by existing
+choices and changes the config it is picked for, every debug setting has its width file for every decoder, and
+debug=tiny builds the network of every experiment (whatever its encoder)."""
 
 from __future__ import annotations
 
 import itertools
 
 import pytest
+import torch
 import yaml
 from omegaconf import OmegaConf
 
@@ -14,6 +16,7 @@ from support import CONF, DECODERS, compose_train
 
 DATA = sorted(p.stem for p in (CONF / "data").glob("*.yaml"))
 DEBUG = sorted(p.stem for p in (CONF / "debug").glob("*.yaml"))
+ENCODERS = sorted(p.stem for p in (CONF / "model" / "encoder").glob("*.yaml"))
 
 # group -> the choices a file's name must be made of, in train.yaml's order
 PICKED_BY = {
@@ -21,6 +24,7 @@ PICKED_BY = {
     "scoring/decoder": [("data", DATA), ("model/decoder", DECODERS)],
     "recipe": [("model/decoder", DECODERS)],
     "debug/decoder": [("debug", DEBUG), ("model/decoder", DECODERS)],
+    "debug/encoder": [("debug", DEBUG), ("model/encoder", ENCODERS)],
 }
 FILES = sorted((group, p.stem) for group in PICKED_BY for p in (CONF / group).glob("*.yaml"))
 
@@ -100,7 +104,8 @@ def changed_keys(before: object, after: object, path: str = "") -> set[str]:
 def declared_keys(path) -> set[str]:
     """The dotted leaf paths a debug file sets (its defaults list aside), under its package."""
     text = path.read_text()
-    prefix = "" if "@package _global_" in text else "model.decoder."
+    package = text.split("# @package ", 1)[1].split()[0] if "# @package " in text else ""
+    prefix = "" if package in ("", "_global_") else f"{package}."
     node = {k: v for k, v in (yaml.safe_load(text) or {}).items() if k != "defaults"}
     return {f"{prefix}{p}" for p, _ in leaves(node)}
 
@@ -112,8 +117,23 @@ def test_debug_tiny_changes_only_the_keys_it_declares(data: str, decoder: str) -
     base = [f"data={data}", f"model/decoder={decoder}"]
     full = OmegaConf.to_container(compose_train(base))
     tiny = OmegaConf.to_container(compose_train([*base, "debug=tiny"]))
-    allowed = declared_keys(CONF / "debug" / "tiny.yaml") | declared_keys(
-        CONF / "debug" / "decoder" / f"tiny_{decoder}.yaml"
+    encoder = "small_cnn"  # model: default's encoder
+    allowed = (
+        declared_keys(CONF / "debug" / "tiny.yaml")
+        | declared_keys(CONF / "debug" / "decoder" / f"tiny_{decoder}.yaml")
+        | declared_keys(CONF / "debug" / "encoder" / f"tiny_{encoder}.yaml")
     )
     changed = {k for k in changed_keys(full, tiny) if not k.startswith("logger")}
     assert changed and changed <= allowed, sorted(changed - allowed)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_debug_tiny_builds_the_network_of_every_experiment(experiment: str) -> None:
+    """debug=tiny shrinks the small CNN and leaves a pretrained encoder as its weights fix it, so a tiny run
+    of any experiment builds (it once set the small CNN's ``width`` on EfficientNet-Lite: a TypeError)."""
+    from captioning.training.build import build_net
+
+    cfg = compose_train([f"experiment={experiment}", "debug=tiny"])
+    net = build_net(cfg.model, vocab_size=50)
+    grid = net.encode(torch.rand(1, 3, cfg.data.image_size, cfg.data.image_size))  # (1, L, D)
+    assert grid.shape == (1, cfg.model.encoder.grid_size**2, cfg.model.encoder.out_dim)

@@ -22,13 +22,6 @@ MARK = re.compile(r"^<!-- cluster-test: (\S+) -->\n```[^\n]*\n(.*?)\n```", re.M 
 TINY_CPU = "debug=tiny trainer.accelerator=cpu trainer.precision=32-true trainer.max_epochs=1"
 
 
-# debug=tiny also sizes its own small CNN (width, out_dim): with a pretrained EfficientNet, width goes and
-# out_dim is the encoder config's own (Lite1: 112 at stride 16, 1280 at the head). Quoted: bash would read a
-# word starting with ~ as a home folder.
-def tiny_lite(out_dim: int) -> str:
-    return f"{TINY_CPU} '~model.encoder.width' model.encoder.out_dim={out_dim}"
-
-
 # block -> (page, [(documented text, CPU text, why)]). A block that starts with ``#!`` is a batch script:
 # the test submits it with ``sbatch --parsable --output=...``; any other block runs in ``bash -e``.
 CPU_FORM: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
@@ -43,7 +36,7 @@ CPU_FORM: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ),
             (
                 "data.num_workers=6",
-                f"data.num_workers=0 {tiny_lite(112)}",
+                f"data.num_workers=0 {TINY_CPU}",
                 "no loader processes; the tiny CPU run",
             ),
         ],
@@ -80,7 +73,7 @@ CPU_FORM: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("trainer.devices=4", "trainer.devices=1", "one rank a node, as --ntasks-per-node"),
             (
                 "data.num_workers=6",
-                f"data.num_workers=0 {tiny_lite(112)}",
+                f"data.num_workers=0 {TINY_CPU}",
                 "no loader processes; the tiny CPU run",
             ),
         ],
@@ -93,7 +86,7 @@ CPU_FORM: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
             ("--cpus-per-task=8", "--cpus-per-task=1", "a local node has 4 CPUs"),
             (
                 "model.scheduler.warmup_steps=500",
-                f"model.scheduler.warmup_steps=500 {tiny_lite(1280)} trainer.devices=1 data.feature_cache.device=cpu "
+                f"model.scheduler.warmup_steps=500 {TINY_CPU} trainer.devices=1 data.feature_cache.device=cpu "
                 "data.feature_cache.progress=false data.min_word_count=1",
                 "the tiny CPU run on the COCO replica (one rank a node, features on the CPU, its few words)",
             ),
