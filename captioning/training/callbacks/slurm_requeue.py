@@ -89,6 +89,9 @@ class SlurmRequeue(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            # Training is over: nothing is left to save. SLURM sends its warning once, at a fixed time before
+            # the limit; arriving now, under the default action it would kill the test split or the run's
+            # final writes and end a finished job FAILED. Ignored instead (SIGTERM still ends the job).
+            signal.signal(signum, signal.SIG_IGN if handler in (signal.SIG_DFL, None) else handler)
         self._previous.clear()
         self._active = False
