@@ -24,3 +24,9 @@ def checkpoint_arg(text: str) -> Path:
         return checkpoint_path(text)
     except ZooError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_checkpoints(parser: argparse.ArgumentParser, help: str) -> None:
+    """The ``--checkpoint`` of the commands that read models: required, repeatable (``args.checkpoint`` is a
+    list: an ensemble, or refused by the command that serves one model), each a file or a zoo name."""
+    parser.add_argument("--checkpoint", required=True, action="append", type=checkpoint_arg, help=help)

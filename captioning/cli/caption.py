@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from captioning import progress
-from captioning.cli.arguments import checkpoint_arg, path_arg
+from captioning.cli.arguments import add_checkpoints, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, decoding_options
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
@@ -74,12 +74,9 @@ def overlay_arg(text: str) -> str:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("caption", help="caption images with a trained checkpoint", description=__doc__)
     p.add_argument("images", nargs="+", help="image files, folders (their images) or quoted globs")
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        action="append",
-        type=checkpoint_arg,
-        help="a .ckpt or an exported .safetensors; given more than once, their ensemble (the mean of their "
+    add_checkpoints(
+        p,
+        "a .ckpt or an exported .safetensors; given more than once, their ensemble (the mean of their "
         "next-word distributions; they must share the vocabulary and a frozen encoder)",
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")

@@ -17,7 +17,7 @@ import socket
 import sys
 from pathlib import Path
 
-from captioning.cli.arguments import checkpoint_arg
+from captioning.cli.arguments import add_checkpoints
 
 
 def _port(text: str) -> int:
@@ -87,12 +87,8 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "demo", help="serve the demo page (upload an image, see captions and attention)"
     )
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        type=checkpoint_arg,
-        action="append",  # given twice is refused in run(), not silently the last one
-        help="a .ckpt or an exported .safetensors (one: the page serves one model)",
+    add_checkpoints(  # repeatable: given twice is refused in run(), not silently the last one
+        p, "a .ckpt or an exported .safetensors (one: the page serves one model)"
     )
     p.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine)"

@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from captioning.cli.arguments import checkpoint_arg, path_arg
+from captioning.cli.arguments import add_checkpoints, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
 
 
@@ -29,12 +29,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--checkpoint",
-        required=True,
-        action="append",
-        type=checkpoint_arg,
-        help="a .ckpt of captioning-train or a .safetensors export; given more than once (--checkpoint A "
+    add_checkpoints(
+        parser,
+        "a .ckpt of captioning-train or a .safetensors export; given more than once (--checkpoint A "
         "--checkpoint B), their ensemble: the mean of their next-word distributions (they must share the "
         "vocabulary and a frozen encoder)",
     )

@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from captioning.cli.arguments import checkpoint_arg, path_arg
+from captioning.cli.arguments import add_checkpoints, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
 from captioning.writes import Output, output, replaceable_in_place
 from captioning.zoo import refuse_zoo_write
@@ -30,12 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--checkpoint",
-        required=True,
-        action="append",
-        type=checkpoint_arg,
-        help="a .ckpt or an exported .safetensors; given more than once, their ensemble (tuned, not --write)",
+    add_checkpoints(
+        parser,
+        "a .ckpt or an exported .safetensors; given more than once, their ensemble (tuned, not --write)",
     )
     parser.add_argument("--num-beams", type=int, nargs="+", default=[3, 5])
     parser.add_argument("--length-penalty", type=float, nargs="+", default=[0.0, 0.5, 1.0])
