@@ -8,7 +8,16 @@ at all in that epoch; a preempted SLURM job then ends with other weights than an
 Here the order of epoch ``e`` is a function of the run's seed and ``e`` alone (``torch.initial_seed()``,
 which ``seed_everything`` set, plus ``e``): no draw from the global generator, so the order does not depend
 on what ran before. The state is (epoch, batches already trained in it); the resumed epoch skips those
-batches' indices without reading their images. Under DDP Lightning rebuilds the loader with its
+batches' indices without reading their images.
+
+Starting an epoch's iterator draws nothing from the global generator either. A DataLoader iterator draws
+its workers' base seed when it is created, from the loader's ``generator`` or, without one, from torch's
+global generator, which also gives dropout its masks. A resumed run creates the iterator at other moments
+than the uninterrupted run did (``ExactResume`` creates the resumed epoch's again, after the restore of
+the generators' states), so every resumed step drew other dropout masks and the weights drifted, though
+batches and generator states matched at the resume (tests/training/test_requeue.py). Here the loader has
+a generator of its own, seeded by (seed, epoch) when the epoch starts: the base seed (hence the workers'
+random augmentations) is a function of the epoch too. Under DDP Lightning rebuilds the loader with its
 ``DistributedSampler``, which orders epochs by seed and epoch too but starts a resumed epoch from its
 beginning.
 """
@@ -51,6 +60,8 @@ class ResumableLoader(DataLoader):
         # ``sampler``: Lightning rebuilds the loader with its DistributedSampler under DDP (which orders epochs
         # by seed and epoch too, but starts a resumed epoch from its beginning)
         sampler = EpochShuffle(dataset, seed=torch.initial_seed()) if sampler is None else sampler
+        # Lightning passes the generator back when it rebuilds the loader (DDP): the same one again
+        kw["generator"] = kw.get("generator") or torch.Generator()
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, **kw)
         self._position, self._epochs_iterated, self._resume = position, 0, None
 
@@ -66,6 +77,8 @@ class ResumableLoader(DataLoader):
             where = self._position()
             sampler.epoch, sampler.skip = (where[0] if where else self._epochs_iterated), 0
         self._epochs_iterated = sampler.epoch + 1
+        # the iterator's draw (workers' base seed) from this generator: none from the global one (above)
+        self.generator.manual_seed(sampler.seed + sampler.epoch)
         return super().__iter__()
 
     def state_dict(self) -> dict[str, int]:
