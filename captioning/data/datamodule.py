@@ -250,6 +250,10 @@ class CaptionDataModule(pl.LightningDataModule):
             collate_fn=collate,
             persistent_workers=self.num_workers > 0,
             drop_last=False,
+            # Each iterator draws its workers' base seed from here, not from torch's global generator, so
+            # an evaluation changes no training draw (dropout masks): a resumed run creates validation
+            # iterators the uninterrupted run does not (Lightning's restart at an epoch's end creates one)
+            generator=torch.Generator().manual_seed(0),
         )
 
     def train_dataloader(self) -> DataLoader:
