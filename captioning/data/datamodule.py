@@ -269,11 +269,17 @@ class CaptionDataModule(pl.LightningDataModule):
 
     def _train_position(self) -> tuple[int, int] | None:
         """(current epoch, batches trained in it): read at a checkpoint save, inside a training batch's end
-        hooks or after the epoch's validation, when ``processed`` counts the batch just trained."""
+        hooks or after the epoch's validation, when ``processed`` counts the batch just trained. Between
+        two epochs (a save at an epoch's end, or after it when a SIGTERM stops the run there) the next
+        epoch at its start: ``current_epoch`` already counts the finished epoch there, while the batch
+        count is still the finished epoch's."""
         trainer = self.trainer
         if trainer is None:
             return None
-        return trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        epochs = trainer.fit_loop.epoch_progress.current
+        if epochs.started > epochs.completed:  # inside an epoch (its end hooks included)
+            return epochs.started - 1, trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return epochs.completed, 0
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(ImageDataset(self.split("val"), self.inputs("val")), self.eval_batch_size, False)

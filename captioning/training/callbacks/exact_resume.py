@@ -47,7 +47,12 @@ class ExactResume(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loop = trainer.fit_loop
-        if not (loop.restarting and loop._combined_loader_states_to_load and loop._data_fetcher is not None):
+        states, combined = loop._combined_loader_states_to_load, loop._combined_loader
+        if not (states and combined is not None and loop._data_fetcher is not None):
             return  # a fresh run, or a loader without a saved position
-        loop._load_combined_loader_states()  # the loaders' load_state_dict (ResumableLoader's position)
+        # Not loop._load_combined_loader_states(): it loads only when Lightning restarts inside an epoch, and
+        # a checkpoint saved at an epoch's end resumes "between epochs", where the iterator made before the
+        # restore (the first epoch's order) would otherwise train the next epoch
+        combined._load_state_dicts(states)  # the loaders' load_state_dict (ResumableLoader's position)
+        loop._combined_loader_states_to_load = []
         iter(loop._data_fetcher)  # the resumed epoch's iterator, from that position
