@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from torch.utils.data import DistributedSampler
 
 from captioning.data.resumable import EpochShuffle, ResumableLoader
 
@@ -56,6 +57,8 @@ def test_each_process_takes_its_share_and_a_resumed_epoch_goes_on_where_each_one
     for rank in (0, 1):
         _as_rank(monkeypatch, rank)
         plain = _loader([epoch, 0])
+        # a DistributedSampler: Lightning keeps it under DDP rather than putting in its own
+        assert isinstance(plain.sampler, EpochShuffle) and isinstance(plain.sampler, DistributedSampler)
         shares[rank] = list(plain)
         assert [i for batch in shares[rank] for i in batch] == padded[rank::2]
         assert len(plain) == 3  # ceil(11 / 4) batches a process
