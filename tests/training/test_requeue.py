@@ -39,21 +39,6 @@ class WarnAt(pl.Callback):
             os.kill(os.getpid(), signal.SIGUSR1)
 
 
-@pytest.fixture
-def fake_slurm(tmp_path: Path, monkeypatch) -> Path:
-    """SLURM_JOB_ID=4242 and an ``scontrol`` that logs its arguments and sends SIGTERM to its caller."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
-    bin_dir.mkdir()
-    script = bin_dir / "scontrol"
-    script.write_text(f'#!/bin/sh\necho "$@" >> {log}\nkill -TERM $PPID\n')
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    for name in ("SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS"):
-        monkeypatch.delenv(name, raising=False)
-    return log
-
-
 def _two_steps(lo: int, hi: int) -> list[int]:
     """Two random steps in [lo, hi) at least 2 apart: a resumed run starts one step after its warning's."""
     draw = random.Random()  # not the run's seeded generator: other steps on every test run
