@@ -269,17 +269,18 @@ class CaptionDataModule(pl.LightningDataModule):
 
     def _train_position(self) -> tuple[int, int] | None:
         """(current epoch, batches trained in it): read at a checkpoint save, inside a training batch's end
-        hooks or after the epoch's validation, when ``processed`` counts the batch just trained. Between
-        two epochs (a save at an epoch's end, or after it when a SIGTERM stops the run there) the next
-        epoch at its start: ``current_epoch`` already counts the finished epoch there, while the batch
-        count is still the finished epoch's."""
+        hooks, after the epoch's validation or at the epoch's end, when ``processed`` counts the batch just
+        trained. Once the epoch is complete (a SIGTERM's save after it) ``current_epoch`` counts it while
+        the batches are still its own: the next epoch at its start."""
         trainer = self.trainer
         if trainer is None:
             return None
-        epochs = trainer.fit_loop.epoch_progress.current
-        if epochs.started > epochs.completed:  # inside an epoch (its end hooks included)
-            return epochs.started - 1, trainer.fit_loop.epoch_loop.batch_progress.current.processed
-        return epochs.completed, 0
+        epochs, batches = trainer.fit_loop.epoch_progress.current, trainer.fit_loop.epoch_loop.batch_progress
+        # Not ``epochs.started``: Lightning resuming from an epoch's last batch never counts the next epoch
+        # as started (periodic_checkpoint.py); ``current_epoch`` is right inside it.
+        if epochs.started == epochs.completed and batches.is_last_batch:
+            return trainer.current_epoch, 0
+        return trainer.current_epoch, batches.current.processed
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(ImageDataset(self.split("val"), self.inputs("val")), self.eval_batch_size, False)

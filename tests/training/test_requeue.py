@@ -145,10 +145,18 @@ INTERRUPTIONS = {
     "preempted right after a validation": lambda: [("term", 15), ("warn", _random_step(16, STEPS - 1))],
     # the same with no validation after epoch 1 (every second epoch): saved at the epoch's end
     "preempted at an epoch's end": lambda: [("term", 15), ("warn", _random_step(16, STEPS - 1))],
+    # the same in a run counted in steps: saved at the epoch's last batch (periodic_checkpoint.py)
+    "preempted at an epoch's end, max_steps": lambda: [("term", 15), ("warn", _random_step(16, STEPS - 1))],
     # the warning at an epoch's last batch is acted on after the epoch (slurm_requeue.py)
     "warned at an epoch's last batch": lambda: [("warn", 14), ("term", _random_step(17, STEPS - 1))],
 }
-EXTRA = {"preempted at an epoch's end": ["trainer.check_val_every_n_epoch=2"]}
+EXTRA = {
+    "preempted at an epoch's end": ["trainer.check_val_every_n_epoch=2"],
+    "preempted at an epoch's end, max_steps": [
+        "trainer.check_val_every_n_epoch=2",
+        f"trainer.max_steps={STEPS}",
+    ],
+}
 
 
 @pytest.mark.slow

@@ -32,9 +32,11 @@ def _stops_at_max_steps(trainer: pl.Trainer) -> bool:
 
 
 def _epoch_end_follows(trainer: pl.Trainer) -> bool:
-    """True when the batch that just ended is its epoch's last and no validation follows it."""
+    """True when the batch that just ended is its epoch's last, no validation follows it, and the run is
+    counted in epochs (max_steps=-1). A run counted in steps resumes from an epoch's end into a wrong state
+    (Lightning restarts it as if inside the epoch: another batch of it), so it keeps the last batch's save."""
     last = getattr(trainer.fit_loop.epoch_loop.batch_progress, "is_last_batch", False)
-    return bool(last) and not _validation_follows(trainer)
+    return bool(last) and not _validation_follows(trainer) and trainer.max_steps == -1
 
 
 def _validation_follows(trainer: pl.Trainer) -> bool:
