@@ -1,5 +1,6 @@
 """PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps or M minutes of training (whichever comes first), after every validation, on SIGTERM and at
-the end of training, never between an epoch's last step and its validation or its end. It is the one writer of
+the end of training, never between an epoch's last step and its validation (or, counted in epochs, its
+end: ``_epoch_end_follows``). It is the one writer of
 ``last.ckpt`` (``model_checkpoint`` keeps only the best), and it saves after the best of a validation
 is written, so a kill between the two never skips that best (``_rank_first``).
 
@@ -83,8 +84,7 @@ class PeriodicCheckpoint(ModelCheckpoint):
             # after that resumed run's next one begins the epoch again. Saved at the epoch's end instead,
             # where Lightning's own end-of-epoch checkpoints resume from (a SIGTERM stops after it).
             due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
-            stop = trainer.received_sigterm or _stops_at_max_steps(trainer)
-            self._save_at_epoch_end = self._save_at_epoch_end or due or by_time or stop
+            self._save_at_epoch_end = self._save_at_epoch_end or due or by_time or trainer.received_sigterm
             return
         if (trainer.received_sigterm or _stops_at_max_steps(trainer)) and not _validation_follows(trainer):
             # Lightning stops after this hook (SIGTERM: a scheduler's preemption, `kill`; max_steps): save
