@@ -27,6 +27,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def fake_slurm(tmp_path: Path, monkeypatch) -> Path:
+    """SLURM_JOB_ID=4242 and an ``scontrol`` that logs its arguments and, once it has returned, sends SIGTERM
+    to its caller, as SLURM ends a requeued job. Not from within: under DDP the caller's SIGTERM handler
+    (Lightning's) broadcasts to the other ranks, which wait meanwhile in the collective that follows the
+    requeue (slurm_requeue.py), and the two never meet."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {log}\n(sleep 0.5; kill -TERM $PPID) >/dev/null 2>&1 &\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    for name in ("SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    return log
+
+
+@pytest.fixture
 def tiny_overrides() -> list[str]:
     return list(TINY)
 

@@ -250,6 +250,10 @@ class CaptionDataModule(pl.LightningDataModule):
             collate_fn=collate,
             persistent_workers=self.num_workers > 0,
             drop_last=False,
+            # Each iterator draws its workers' base seed from here, not from torch's global generator, so
+            # an evaluation changes no training draw (dropout masks): a resumed run creates validation
+            # iterators the uninterrupted run does not (Lightning's restart at an epoch's end creates one)
+            generator=torch.Generator().manual_seed(0),
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -265,11 +269,18 @@ class CaptionDataModule(pl.LightningDataModule):
 
     def _train_position(self) -> tuple[int, int] | None:
         """(current epoch, batches trained in it): read at a checkpoint save, inside a training batch's end
-        hooks or after the epoch's validation, when ``processed`` counts the batch just trained."""
+        hooks, after the epoch's validation or at the epoch's end, when ``processed`` counts the batch just
+        trained. Once the epoch is complete (a SIGTERM's save after it) ``current_epoch`` counts it while
+        the batches are still its own: the next epoch at its start."""
         trainer = self.trainer
         if trainer is None:
             return None
-        return trainer.current_epoch, trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        epochs, batches = trainer.fit_loop.epoch_progress.current, trainer.fit_loop.epoch_loop.batch_progress
+        # Not ``epochs.started``: Lightning resuming from an epoch's last batch never counts the next epoch
+        # as started (periodic_checkpoint.py); ``current_epoch`` is right inside it.
+        if epochs.started == epochs.completed and batches.is_last_batch:
+            return trainer.current_epoch, 0
+        return trainer.current_epoch, batches.current.processed
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(ImageDataset(self.split("val"), self.inputs("val")), self.eval_batch_size, False)

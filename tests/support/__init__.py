@@ -3,7 +3,8 @@
 Modules: ``support.helpers`` (decoders and nets from the composed configs),
 ``support.corpus`` (the bad-input corpus and the one way to build a tiny checkpoint), ``support.hostile``
 (one-line stderr checks, broken checkpoints), ``support.coco_replica`` (a miniature MS-COCO),
-``support.registry`` (the model registry put back after a test registers a class). The fixtures
+``support.registry`` (the model registry put back after a test registers a class), ``support.preempt`` (a
+signal at a step, and each step's batch, in a run of another process). The fixtures
 are in ``tests/conftest.py``.
 """
 

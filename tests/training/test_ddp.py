@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import csv
 import os
+import random
 import subprocess
 import sys
+from pathlib import Path
 from statistics import mean
 
 import hydra
@@ -30,6 +32,7 @@ from captioning.training.lit_module import CaptionLitModule
 from captioning.training.train import train
 
 from support import DECODERS, TINY, compose_train
+from support.preempt import read_draws
 
 METRICS = ["Bleu_1", "Bleu_4", "CIDEr"]
 VAL_IMAGES = 7  # odd: the DistributedSampler pads rank 1 with a duplicate of image 0
@@ -117,6 +120,71 @@ def test_ddp_from_the_hydra_entry_point_scores_the_whole_split_once(tmp_path):
     # of the whole split is not the mean of the halves' BLEU.
     assert ddp_scores["Bleu_1"] > 0
     assert max(abs(mean(s[m] for s in per_rank) - ddp_scores[m]) for m in METRICS) > 1e-4
+
+
+# 24 scenes x 5 captions over 2 processes of batch 8: 8 steps an epoch, two epochs
+RESUMED_RUN = [*TINY, "trainer.max_epochs=2", "trainer.enable_progress_bar=false"]
+RESUMED_STEPS = 16
+
+
+def _ddp_run(run_dir: Path, warn_at: int = -1) -> int:
+    """The 2-process run from the entry point in ``run_dir``, SLURM's warning signal at step ``warn_at``;
+    its exit status."""
+    tests = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]),
+    }
+    callback = f"{{_target_: support.preempt.SignalAt, step: {warn_at}, draws: {run_dir}.draws}}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "captioning.training.train",
+        *DDP,
+        *RESUMED_RUN,
+        f"+callbacks.signal_at={callback}",
+        "allowed_targets=[support]",
+        f"hydra.run.dir={run_dir}",
+    ]
+    proc = subprocess.run(cmd, cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 143), (proc.stdout + proc.stderr)[-4000:]
+    return proc.returncode
+
+
+@pytest.mark.slow
+def test_a_requeued_ddp_run_resumes_mid_epoch_and_ends_with_the_uninterrupted_runs_weights(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """Each process goes on with its share of the interrupted epoch (data/resumable.py: Lightning keeps the
+    resumable sampler instead of its DistributedSampler, which started the epoch again) and with its own
+    random generators (callbacks/exact_resume.py). Warned, not preempted: SlurmRequeue saves where every
+    rank is at one batch's end (a SIGTERM with no warning meets the ranks wherever they are, and Lightning's
+    handler broadcasts from there)."""
+    step = random.Random().randrange(1, RESUMED_STEPS - 2)  # not the run's generator: another step each time
+    plain, requeued = tmp_path / "uninterrupted", tmp_path / "requeued"
+    assert _ddp_run(requeued, step) == 143  # the requeue's SIGTERM
+    assert fake_slurm.read_text() == "requeue 4242\n"
+    saved = torch.load(requeued / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    assert step <= saved <= step + 2, step  # the warning's batch, the next one, or after an epoch's end
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # the job's own command resumes (requeue.py)
+    assert _ddp_run(requeued) == 0
+    monkeypatch.delenv("SLURM_RESTART_COUNT")
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert _ddp_run(plain) == 0
+
+    for rank in (0, 1):
+        theirs, mine = read_draws(f"{plain}.draws", rank), read_draws(f"{requeued}.draws", rank)
+        assert sorted(theirs) == sorted(mine) == list(range(RESUMED_STEPS)), (step, rank)
+        assert all(mine[s] == theirs[s] for s in theirs), (step, rank)  # the same images on each process
+    ends = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for run in (plain, requeued)]
+    assert ends[0]["global_step"] == ends[1]["global_step"] == RESUMED_STEPS
+    for key, value in ends[0]["state_dict"].items():
+        assert torch.equal(ends[1]["state_dict"][key], value), (key, step)
+    moments = [end["optimizer_states"][0]["state"] for end in ends]
+    assert moments[0].keys() == moments[1].keys()
+    for index, state in moments[0].items():
+        assert all(torch.equal(moments[1][index][k], v) for k, v in state.items()), (index, step)
 
 
 def test_trainer_configs_compose():

@@ -1,6 +1,6 @@
 """A SLURM job that is requeued (its time-limit warning signal, or a preemption's SIGTERM) resumes from its
-own last.ckpt without ckpt_path, finishes at the uninterrupted run's step on its batches, and is never
-trained again.
+own last.ckpt without ckpt_path, finishes at the uninterrupted run's step on its batches with its weights,
+and is never trained again.
 
 ``scontrol`` is a stand-in here (a script on PATH that records its arguments and sends the SIGTERM SLURM
 would); tests/cluster/ does the same on a real SLURM cluster."""
@@ -39,30 +39,11 @@ class WarnAt(pl.Callback):
             os.kill(os.getpid(), signal.SIGUSR1)
 
 
-@pytest.fixture
-def fake_slurm(tmp_path: Path, monkeypatch) -> Path:
-    """SLURM_JOB_ID=4242 and an ``scontrol`` that logs its arguments and sends SIGTERM to its caller."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
-    bin_dir.mkdir()
-    script = bin_dir / "scontrol"
-    script.write_text(f'#!/bin/sh\necho "$@" >> {log}\nkill -TERM $PPID\n')
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    for name in ("SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS"):
-        monkeypatch.delenv(name, raising=False)
-    return log
-
-
 def _two_steps(lo: int, hi: int) -> list[int]:
-    draw = random.Random()  # not the run's seeded generator: other steps on every test run
     """Two random steps in [lo, hi) at least 2 apart: a resumed run starts one step after its warning's."""
+    draw = random.Random()  # not the run's seeded generator: other steps on every test run
     first = draw.randrange(lo, hi - 2)
     return [first, draw.randrange(first + 2, hi)]
-
-
-def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
 
 
 def test_requeued_twice_at_random_steps_the_job_resumes_by_itself_and_ends_where_an_uninterrupted_run_does(
@@ -142,40 +123,109 @@ class Draws(pl.Callback):
         Draws.seen[trainer.global_step] = (tuple(batch["image_ids"]),)
 
 
-def test_requeued_twice_the_run_trains_on_the_batches_of_an_uninterrupted_run(
-    tmp_path: Path, fake_slurm: Path, monkeypatch
+class PreemptAt(pl.Callback):
+    """A preemption with no warning (SIGTERM) at the end of step ``step``: Lightning stops after it, after
+    the epoch's validation and end when the step is an epoch's last."""
+
+    step = -1
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if trainer.global_step == PreemptAt.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _random_step(lo: int, hi: int) -> int:
+    return random.Random().randrange(lo, hi)  # not the run's seeded generator: other steps on every test run
+
+
+# (how the job is interrupted, at which step) twice; steps 15 and 30 end the two epochs
+INTERRUPTIONS = {
+    "warned at random steps": lambda: [("warn", s) for s in _two_steps(2, STEPS - 1)],
+    # SIGTERM at the epoch's last step: last.ckpt is written after its validation, and the job resumes there
+    "preempted right after a validation": lambda: [("term", 15), ("warn", _random_step(16, STEPS - 1))],
+    # the same with no validation after epoch 1 (every second epoch): saved at the epoch's end
+    "preempted at an epoch's end": lambda: [("term", 15), ("warn", _random_step(16, STEPS - 1))],
+    # the same in a run counted in steps: saved at the epoch's last batch (periodic_checkpoint.py)
+    "preempted at an epoch's end, max_steps": lambda: [("term", 15), ("warn", _random_step(16, STEPS - 1))],
+    # the warning at an epoch's last batch is acted on after the epoch (slurm_requeue.py)
+    "warned at an epoch's last batch": lambda: [("warn", 14), ("term", _random_step(17, STEPS - 1))],
+}
+EXTRA = {
+    "preempted at an epoch's end": ["trainer.check_val_every_n_epoch=2"],
+    "preempted at an epoch's end, max_steps": [
+        "trainer.check_val_every_n_epoch=2",
+        f"trainer.max_steps={STEPS}",
+    ],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(INTERRUPTIONS))
+def test_requeued_twice_the_run_ends_with_the_weights_of_an_uninterrupted_run(
+    case: str, tmp_path: Path, fake_slurm: Path, monkeypatch
 ) -> None:
     """The resumed epoch goes on with the batches the uninterrupted run drew (data/resumable.py), not a new
-    shuffle that repeats some images and skips others. Not yet: equal final weights (the generators' state
-    travels in the checkpoint, callbacks/exact_resume.py, but the weights still differ after some resumes)."""
-    steps = _two_steps(2, STEPS - 1)
-    runs = {}
-    for name, env in (("requeued", True), ("uninterrupted", False)):
+    shuffle that repeats some images and skips others, and with its random draws (dropout masks): the
+    generators' states travel in the checkpoint (callbacks/exact_resume.py) and nothing draws from them
+    at moments the uninterrupted run did not (a loader's iterator has its own generator). The job ends with
+    the uninterrupted run's step count, parameters, buffers and optimizer state, bit for bit."""
+    interruptions = INTERRUPTIONS[case]()
+    run = [*RUN, *EXTRA.get(case, [])]
+    runs, ends = {}, {}
+    for name in ("requeued", "uninterrupted"):
         Draws.seen = {}
         run_dir = tmp_path / name
-        if env:
-            for restart, step in enumerate(steps):
+        if name == "requeued":
+            for restart, (kind, step) in enumerate(interruptions):
                 monkeypatch.setenv("SLURM_RESTART_COUNT", str(restart))
                 with pytest.raises(StoppedBySignal):
-                    train(_with_callbacks(compose_train(RUN, run_dir), warn_at=step))
-            monkeypatch.setenv("SLURM_RESTART_COUNT", str(len(steps)))
+                    train(_with_callbacks(compose_train(run, run_dir), **{kind: step}))
+            monkeypatch.setenv("SLURM_RESTART_COUNT", str(len(interruptions)))
         else:
             monkeypatch.delenv("SLURM_RESTART_COUNT")
             monkeypatch.delenv("SLURM_JOB_ID")
-        train(_with_callbacks(compose_train(RUN, run_dir)))
+        train(_with_callbacks(compose_train(run, run_dir)))
         runs[name] = dict(Draws.seen)
+        ends[name] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     requeued, uninterrupted = runs["requeued"], runs["uninterrupted"]
     assert sorted(uninterrupted) == list(range(STEPS))
     assert sorted(requeued) == list(range(STEPS))  # every step drawn (a lost step is drawn again)
     for step in range(STEPS):
-        assert requeued[step][0] == uninterrupted[step][0], (step, steps)  # the same images, same order
+        assert requeued[step][0] == uninterrupted[step][0], (step, interruptions)  # same images, same order
+
+    mine, theirs = ends["requeued"], ends["uninterrupted"]
+    assert (mine["global_step"], mine["epoch"]) == (theirs["global_step"], theirs["epoch"]) == (STEPS, 1)
+    assert mine["state_dict"].keys() == theirs["state_dict"].keys()
+    for key, value in theirs["state_dict"].items():  # every parameter and buffer
+        assert torch.equal(mine["state_dict"][key], value), (key, interruptions)
+    _assert_equal(mine["optimizer_states"], theirs["optimizer_states"], "optimizer_states", interruptions)
+    _assert_equal(mine["lr_schedulers"], theirs["lr_schedulers"], "lr_schedulers", interruptions)
 
 
-def _with_callbacks(cfg, warn_at: int | None = None):
+def _assert_equal(mine, theirs, where: str, interruptions) -> None:
+    """``mine`` and ``theirs`` hold the same keys and items, tensors ``torch.equal``."""
+    if isinstance(theirs, torch.Tensor):
+        assert isinstance(mine, torch.Tensor) and torch.equal(mine, theirs), (where, interruptions)
+    elif isinstance(theirs, dict):
+        assert mine.keys() == theirs.keys(), (where, interruptions)
+        for key in theirs:
+            _assert_equal(mine[key], theirs[key], f"{where}.{key}", interruptions)
+    elif isinstance(theirs, (list, tuple)):
+        assert len(mine) == len(theirs), (where, interruptions)
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            _assert_equal(a, b, f"{where}[{i}]", interruptions)
+    else:
+        assert mine == theirs, (where, interruptions)
+
+
+def _with_callbacks(cfg, warn: int | None = None, term: int | None = None):
     with open_dict(cfg):
         cfg.callbacks.draws = OmegaConf.create({"_target_": f"{__name__}.Draws"})
-        if warn_at is not None:
+        if warn is not None:
             cfg.callbacks.warn_at = OmegaConf.create({"_target_": f"{__name__}.WarnAt"})
+        if term is not None:
+            cfg.callbacks.preempt_at = OmegaConf.create({"_target_": f"{__name__}.PreemptAt"})
         cfg.allowed_targets = [__name__]  # this test module's classes (config_safety.py)
-    WarnAt.step = -1 if warn_at is None else warn_at
+    WarnAt.step = -1 if warn is None else warn
+    PreemptAt.step = -1 if term is None else term
     return cfg

@@ -1,5 +1,6 @@
 """PeriodicCheckpoint: ``last.ckpt`` every N optimizer steps or M minutes of training (whichever comes first), after every validation, on SIGTERM and at
-the end of training, never between an epoch's last step and its validation. It is the one writer of
+the end of training, never between an epoch's last step and its validation (or, counted in epochs, its
+end: ``_epoch_end_follows``). It is the one writer of
 ``last.ckpt`` (``model_checkpoint`` keeps only the best), and it saves after the best of a validation
 is written, so a kill between the two never skips that best (``_rank_first``).
 
@@ -31,6 +32,14 @@ def _stops_at_max_steps(trainer: pl.Trainer) -> bool:
     return trainer.max_steps is not None and 0 <= trainer.max_steps <= trainer.global_step
 
 
+def _epoch_end_follows(trainer: pl.Trainer) -> bool:
+    """True when the batch that just ended is its epoch's last, no validation follows it, and the run is
+    counted in epochs (max_steps=-1). A run counted in steps resumes from an epoch's end into a wrong state
+    (Lightning restarts it as if inside the epoch: another batch of it), so it keeps the last batch's save."""
+    last = getattr(trainer.fit_loop.epoch_loop.batch_progress, "is_last_batch", False)
+    return bool(last) and not _validation_follows(trainer) and trainer.max_steps == -1
+
+
 def _validation_follows(trainer: pl.Trainer) -> bool:
     """True when the batch that just ended is its epoch's last and the epoch's validation will run."""
     if not getattr(trainer.fit_loop.epoch_loop.batch_progress, "is_last_batch", False):
@@ -53,6 +62,7 @@ class PeriodicCheckpoint(ModelCheckpoint):
             raise ValueError(f"every_n_minutes={every_n_minutes}: expected minutes > 0, or null")
         super().__init__(**kwargs)
         self._save_after_validation = False
+        self._save_at_epoch_end = False
         self._every_n_seconds = None if every_n_minutes is None else 60.0 * every_n_minutes
         self._last_save_time = time.monotonic()
 
@@ -68,6 +78,14 @@ class PeriodicCheckpoint(ModelCheckpoint):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         by_time = self._due_by_time(trainer)  # first: every rank takes part in the broadcast, every batch
+        if _epoch_end_follows(trainer):
+            # Not at the epoch's last batch: Lightning resumes from there into the next epoch without its
+            # start (no on_train_epoch_start, its progress never counts the epoch as started), so the save
+            # after that resumed run's next one begins the epoch again. Saved at the epoch's end instead,
+            # where Lightning's own end-of-epoch checkpoints resume from (a SIGTERM stops after it).
+            due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
+            self._save_at_epoch_end = self._save_at_epoch_end or due or by_time or trainer.received_sigterm
+            return
         if (trainer.received_sigterm or _stops_at_max_steps(trainer)) and not _validation_follows(trainer):
             # Lightning stops after this hook (SIGTERM: a scheduler's preemption, `kill`; max_steps): save
             # where the run is, so `ckpt_path=last` resumes here rather than at the last periodic save.
@@ -81,6 +99,13 @@ class PeriodicCheckpoint(ModelCheckpoint):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._save_at_epoch_end:
+            self._save_at_epoch_end = False
+            if not self._should_skip_saving_checkpoint(trainer):  # not twice at one step
+                self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException

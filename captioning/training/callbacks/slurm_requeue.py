@@ -23,7 +23,7 @@ from types import FrameType
 import pytorch_lightning as pl
 from lightning_fabric.plugins.environments import SLURMEnvironment
 
-from captioning.training.callbacks.periodic_checkpoint import PeriodicCheckpoint, _validation_follows
+from captioning.training.callbacks.periodic_checkpoint import PeriodicCheckpoint
 from captioning.training.requeue import slurm_job_id
 
 
@@ -65,7 +65,9 @@ class SlurmRequeue(pl.Callback):
         # any rank warned: every rank takes part in this reduction at every batch, and in the save below
         if not trainer.strategy.reduce_boolean_decision(self.warned, all=False):
             return
-        if _validation_follows(trainer):  # saved after the validation instead: at the next batch's end
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            # the epoch's last batch: acted on at the next batch's end, after the epoch's validation and its
+            # end (a save between them resumes into the next epoch without starting it: periodic_checkpoint.py)
             return
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, PeriodicCheckpoint):

@@ -1,0 +1,34 @@
+"""SignalAt: a callback for runs in another process (a DDP run from the entry point), named in a config
+as ``support.preempt.SignalAt`` with ``allowed_targets=[support]`` and ``tests/`` on PYTHONPATH.
+
+It writes each step's images to ``<draws>.rank<R>`` (one JSON line a step) and sends ``signal`` to global
+rank 0 at the end of step ``step``: SIGUSR1, SLURM's time-limit warning (SlurmRequeue acts on it on every
+rank), or SIGTERM, a preemption (Lightning passes it on to the other ranks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytorch_lightning as pl
+
+
+class SignalAt(pl.Callback):
+    def __init__(self, step: int = -1, draws: str = "", signal: str = "SIGUSR1") -> None:
+        self.step, self.draws, self.signal = step, draws, signal
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
+        if self.draws:
+            with open(f"{self.draws}.rank{trainer.global_rank}", "a") as out:
+                out.write(json.dumps([trainer.global_step, list(batch["image_ids"])]) + "\n")
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == 0:
+            os.kill(os.getpid(), signal.Signals[self.signal])
+
+
+def read_draws(draws: str, rank: int) -> dict[int, list]:
+    """Step -> the images of its batch on ``rank`` (a step drawn again after a resume: its last drawing)."""
+    with open(f"{draws}.rank{rank}") as lines:
+        return {step: ids for step, ids in (json.loads(line) for line in lines)}
