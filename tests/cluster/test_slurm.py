@@ -153,36 +153,42 @@ def _wait_for_step(log: Path, step: int, job: str, env: dict, attempt: int = 0, 
     raise AssertionError(f"step {step} not reached within {timeout} s:\n{log.read_text()[-3000:]}")
 
 
+# The template's tiny run: on the CPU in fp32 (trainer=ddp asks for GPUs and bf16), one epoch, a progress
+# line at every step (the tests follow the steps in the job's log).
+TEMPLATE_RUN = [
+    *TINY,
+    "trainer.accelerator=cpu",
+    "trainer.precision=32-true",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "callbacks.progress_lines.every_n_steps=1",
+]
+
+
+def _submit_template(options: list[str], overrides: list[str], run_dir: Path, log: Path, env: dict) -> str:
+    """scripts/slurm_train.sbatch submitted with sbatch ``options`` (one rank a node, one CPU each), its run
+    folder ``run_dir`` and its output ``log``: the job id."""
+    sbatch = ["sbatch", "--parsable", *options, "--ntasks-per-node=1", "--cpus-per-task=1", f"--output={log}"]
+    return subprocess.run(
+        [*sbatch, str(TEMPLATE), *overrides],
+        env={**env, "RUN_DIR": str(run_dir)},
+        cwd=log.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def test_the_sbatch_template_survives_a_preemption_and_a_time_limit_warning_by_itself(
     slurm: dict, tmp_path: Path
 ) -> None:
     run_dir, log = tmp_path / "run", tmp_path / "slurm.out"
     overrides = [
-        *TINY,
-        "trainer.accelerator=cpu",
-        "trainer.precision=32-true",
+        *TEMPLATE_RUN,
         "data.train.num_images=160",
-        "trainer.max_epochs=1",
-        "trainer.enable_progress_bar=false",
-        "callbacks.progress_lines.every_n_steps=1",
         f"callbacks.last_checkpoint.every_n_train_steps={EVERY}",
     ]
-    sbatch = [
-        "sbatch",
-        "--parsable",
-        "--nodes=2",
-        "--ntasks-per-node=1",
-        "--cpus-per-task=1",
-        f"--output={log}",
-    ]
-    job = subprocess.run(
-        [*sbatch, str(TEMPLATE), *overrides],
-        env={**slurm, "RUN_DIR": str(run_dir)},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    job = _submit_template(["--nodes=2"], overrides, run_dir, log, slurm)
 
     first = random.randint(3, 20)
     second = random.randint(first + 5, STEPS - 10)
@@ -237,26 +243,13 @@ def test_a_run_longer_than_its_time_limit_saves_on_the_warning_requeues_itself_a
     after SLURM's ~2 minutes of BeginTime."""
     run_dir, log, steps = tmp_path / "run", tmp_path / "slurm.out", 15  # one epoch of 15 tiny steps
     overrides = [
-        *TINY,
-        "trainer.accelerator=cpu",
-        "trainer.precision=32-true",
-        "trainer.max_epochs=1",
-        "trainer.enable_progress_bar=false",
-        "callbacks.progress_lines.every_n_steps=1",
+        *TEMPLATE_RUN,
         "+callbacks.slow_start._target_=support.slow_start.SlowFirstStart",
         "+callbacks.slow_start.seconds=9",
         "allowed_targets=[support.slow_start]",  # the tests' own callback (config_safety.py)
     ]
     limits = ["--time=2", "--signal=USR1@60"]  # overriding the template's --time=24:00:00 --signal=USR1@300
-    sbatch = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1", *limits]
-    job = subprocess.run(
-        [*sbatch, f"--output={log}", str(TEMPLATE), *overrides],
-        env={**slurm, "RUN_DIR": str(run_dir)},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    job = _submit_template(["--nodes=1", *limits], overrides, run_dir, log, slurm)
 
     ended = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}
     _wait_for(job, slurm, {"RUNNING", *ended})
