@@ -23,7 +23,7 @@ from training.test_ddp import RUN as DDP_RUN
 from training.test_ddp import read_val_row, validate_one_process
 
 from support import FLICKR8K, HAS_FLICKR8K, REPO, TINY, compose_train
-from support.cluster_commands import CPU_FORM, cpu_form
+from support.cluster_commands import CPU_FORM, TINY_CPU, cpu_form
 from support.coco_replica import write_karpathy_replica
 
 pytestmark = pytest.mark.slow
@@ -153,13 +153,10 @@ def _wait_for_step(log: Path, step: int, job: str, env: dict, attempt: int = 0, 
     raise AssertionError(f"step {step} not reached within {timeout} s:\n{log.read_text()[-3000:]}")
 
 
-# The template's tiny run: on the CPU in fp32 (trainer=ddp asks for GPUs and bf16), one epoch, a progress
-# line at every step (the tests follow the steps in the job's log).
+# The template's tiny run: the documented commands' tiny CPU run (TINY_CPU), with a progress line at every
+# step (the tests follow the steps in the job's log).
 TEMPLATE_RUN = [
-    *TINY,
-    "trainer.accelerator=cpu",
-    "trainer.precision=32-true",
-    "trainer.max_epochs=1",
+    *TINY_CPU.split(),
     "trainer.enable_progress_bar=false",
     "callbacks.progress_lines.every_n_steps=1",
 ]
