@@ -31,6 +31,7 @@ from captioning.metrics.names import SCENE_METRICS, TEXT_METRICS
 from captioning.metrics.scenes import scene_values, score_scenes
 from captioning.models.caption_model import CaptionModel
 from captioning.models.decoders.base import Decoder, shift_inputs
+from captioning.training.word_dropout import drop_words
 
 
 class CaptionLitModule(pl.LightningModule):
@@ -48,11 +49,15 @@ class CaptionLitModule(pl.LightningModule):
         compile: bool = False,
         init_from: str | None = None,
         label_smoothing: float = 0.0,
+        word_dropout: float = 0.0,
     ):
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"model.label_smoothing={label_smoothing}, expected 0 <= ε < 1")
+        if not 0.0 <= word_dropout < 1.0:
+            raise ValueError(f"model.word_dropout={word_dropout}, expected 0 <= p < 1")
         self.label_smoothing = label_smoothing  # of the cross-entropy term only (captioning.losses)
+        self.word_dropout = word_dropout  # of the teacher-forced inputs, in training only (word_dropout.py)
         self.init_from = init_from  # weights to start from (a new optimizer): SCST, soft-to-hard, fine-tuning
         # Validation decoding, stored in every checkpoint as the defaults of `captioning caption` etc.
         self.decoding = GenerationConfig.from_dict(decoding, where="model.decoding").to_dict()
@@ -152,6 +157,9 @@ class CaptionLitModule(pl.LightningModule):
     # -- one shared step ------------------------------------------------------------------------------
     def shared_step(self, batch: dict, stage: str) -> Tensor:
         inputs, targets = shift_inputs(batch["tokens"])  # (B, T), (B, T)
+        if stage == "train":
+            keep = (self.vocab.pad_id, self.vocab.start_id)
+            inputs = drop_words(inputs, self.word_dropout, self.vocab.unk_id, keep)  # (B, T)
         output = self.net(batch.get("images"), inputs, features=batch.get("features"))
         terms = caption_loss(output, targets, self.net.decoder, self.label_smoothing)
         b = targets.shape[0]
