@@ -1,6 +1,6 @@
 """Word dropout: teacher forcing with some of the previous words hidden (Bowman et al. 2016, §3.3).
 
-With cross-entropy the decoder reads the reference's words w_1..w_{t-1} to predict w_t (eq. 7's
+With cross-entropy the decoder reads the reference's words w_1..w_{t-1} to predict w_t (Xu et al. eqs. 1, 7:
 E y_{t-1}), so on a small training set it can learn to continue its training captions from their words
 instead of from the image. Replacing each previous word by ``<unk>`` with probability p makes the image
 (the context vector ẑ_t) carry more of the prediction; the targets are unchanged, and decoding at
