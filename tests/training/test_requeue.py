@@ -26,8 +26,8 @@ from support import TINY, compose_train
 
 # 24 scenes x 5 captions / batch 8 = 15 steps an epoch, two epochs: 30 steps, validation after each epoch.
 RUN = [*TINY, "trainer.max_epochs=2", "callbacks.last_checkpoint.every_n_train_steps=7"]
-STEPS = 30
 STEPS_PER_EPOCH = 15
+STEPS = 2 * STEPS_PER_EPOCH
 
 
 class WarnAt(pl.Callback):

@@ -1,5 +1,5 @@
 """Word dropout (captioning/training/word_dropout.py): teacher-forced inputs hidden as <unk> at rate p in
-training only; <pad>, <start> and the targets never change."""
+training only; <pad> and <start> never change."""
 
 from __future__ import annotations
 
@@ -29,14 +29,15 @@ def test_each_word_is_hidden_at_rate_p_and_pad_and_start_never():
 
 
 def _inputs_seen(module, stage: str) -> torch.Tensor:
+    """The token ids the decoder reads in one ``shared_step`` of ``stage`` (its forward's second argument)."""
     seen = []
-    decoder_forward = module.net.decoder.forward
-    module.net.decoder.forward = lambda features, inputs, *a, **k: (
-        seen.append(inputs.clone()) or decoder_forward(features, inputs, *a, **k)
-    )
+    hook = module.net.decoder.register_forward_pre_hook(lambda _, args: seen.append(args[1].clone()))
     tokens = torch.tensor([[Vocab.start_id, 4, 5, 6, 7, 8, 9, Vocab.end_id, Vocab.pad_id]] * 64)
     batch = {"tokens": tokens, "images": torch.rand(64, 3, 32, 32)}
-    module.shared_step(batch, stage)
+    try:
+        module.shared_step(batch, stage)
+    finally:
+        hook.remove()
     return seen[0]
 
 
