@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from captioning.bounds import AtLeast, check_bounds
+from captioning.data.extra_references import add_references
 from captioning.data.images import load_rgb
 from captioning.data.readers import FLICKR8K_FOLDER, FLICKR8K_SPLIT_FILES, DatasetError, read_flickr8k
 from captioning.data.synthetic import Scene, SceneObject, render_scene, shuffled_captions
@@ -96,10 +97,21 @@ class RecordSource(CaptionSource):
     """Images on disk described by reader records (COCO, Karpathy split, Flickr8k, your own files).
 
     ``num_images``: only the first that many records (None: all), the knob every source shares, so that
-    ``data.train.num_images=24`` (and ``debug=tiny``) shrinks any data set, photos or synthetic scenes."""
+    ``data.train.num_images=24`` (and ``debug=tiny``) shrinks any data set, photos or synthetic scenes.
+    ``extra_references``: a COCO results file of these images whose captions join their references,
+    ``extra_copies`` times each (a teacher distilled into the student: ``captioning.data.extra_references``;
+    ``++data.train.extra_references=teacher.json``)."""
 
-    def __init__(self, records: Sequence, num_images: Annotated[int, AtLeast(1)] | None = None):
-        check_bounds("", RecordSource, locals())  # the bound in the signature above
+    def __init__(
+        self,
+        records: Sequence,
+        num_images: Annotated[int, AtLeast(1)] | None = None,
+        extra_references: str | None = None,
+        extra_copies: Annotated[int, AtLeast(1)] = 1,
+    ):
+        check_bounds("", RecordSource, locals())  # the bounds in the signature above
+        if extra_references is not None:  # before num_images: the file describes the whole split
+            records = add_references(records, extra_references, extra_copies)
         self.records = list(records)[:num_images]
         if not self.records:
             raise ValueError("the data set is empty: the reader returned no records")

@@ -1,0 +1,126 @@
+"""A teacher's captions join the training references (distillation): exactly the file's, for exactly its split."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from captioning.data.datamodule import CaptionDataModule
+from captioning.data.extra_references import add_references
+from captioning.data.records import DatasetError, ImageRecord
+from captioning.data.sources import RecordSource
+
+from support import compose_train
+
+
+def _records(folder: Path) -> list[ImageRecord]:
+    folder.mkdir(parents=True, exist_ok=True)
+    records = []
+    for stem, colour, words in (("a", (255, 0, 0), "red"), ("b", (0, 0, 255), "blue")):
+        path = folder / f"{stem}.png"
+        Image.new("RGB", (8, 8), colour).save(path)
+        records.append(ImageRecord(stem, path, (f"a {words} square", f"the {words} box")))
+    return records
+
+
+def _results(path: Path, entries: list) -> Path:
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    return path
+
+
+def test_each_images_teacher_captions_follow_its_own_in_file_order_copies_times(tmp_path: Path) -> None:
+    records = _records(tmp_path / "img")
+    teacher = _results(
+        tmp_path / "t.json",
+        [
+            {"image_id": "b", "caption": "a blue square"},
+            {"image_id": "a", "caption": " a red box "},
+            {"image_id": "a", "caption": "red"},
+        ],
+    )
+    once = add_references(records, teacher, copies=1)
+    assert [r.captions for r in once] == [
+        ("a red square", "the red box", "a red box", "red"),
+        ("a blue square", "the blue box", "a blue square"),
+    ]
+    twice = add_references(records, teacher, copies=2)
+    assert twice[1].captions == ("a blue square", "the blue box", "a blue square", "a blue square")
+    assert [r.path for r in twice] == [r.path for r in records]
+    assert records[0].captions == ("a red square", "the red box")  # the readers' records are not changed
+
+
+@pytest.mark.parametrize(
+    ("entries", "fragment"),
+    [
+        (  # another split's file: its captions would leak into training
+            [
+                {"image_id": "a", "caption": "x y"},
+                {"image_id": "b", "caption": "x"},
+                {"image_id": "dev1", "caption": "x"},
+            ],
+            r"t\.json: 1 image id\(s\) not in this split's 2 images, e\.g\. \['dev1'\]",
+        ),
+        (
+            [{"image_id": "a", "caption": "x y"}],
+            r"t\.json: no caption for 1 of this split's 2 images, e\.g\. \['b'\]",
+        ),
+        ([{"image_id": "a", "caption": 3}], r"t\.json entry 0: caption is 3; expected a string"),
+        ([{"image_id": "a", "caption": " ?! "}], r"t\.json entry 0: caption ' \?! ' has no word tokens"),
+        (
+            [{"image_id": ["a"], "caption": "x"}],
+            r"t\.json entry 0: image_id \['a'\]; expected an integer or a string",
+        ),
+        ([{"caption": "x"}], r"t\.json entry 0: .*expected an object with image_id and caption"),
+        ({"a": "x"}, r"t\.json: expected a non-empty JSON list of \{image_id, caption\}"),
+        ([], r"t\.json: expected a non-empty JSON list"),
+    ],
+)
+def test_a_file_not_of_this_split_or_malformed_is_one_error_naming_file_and_entry(
+    tmp_path: Path, entries, fragment: str
+) -> None:
+    records = _records(tmp_path / "img")
+    with pytest.raises(DatasetError, match=fragment):
+        add_references(records, _results(tmp_path / "t.json", entries), copies=1)
+
+
+def test_a_missing_file_or_bad_copies_is_refused(tmp_path: Path) -> None:
+    records = _records(tmp_path / "img")
+    with pytest.raises(DatasetError, match=r"gone\.json: not found"):
+        add_references(records, tmp_path / "gone.json", copies=1)
+    teacher = _results(
+        tmp_path / "t.json", [{"image_id": "a", "caption": "x"}, {"image_id": "b", "caption": "x"}]
+    )
+    for copies in (0, True, 1.5):
+        with pytest.raises(ValueError, match=r"extra_copies="):
+            add_references(records, teacher, copies=copies)
+
+
+def test_the_data_module_trains_on_the_extra_pairs_and_validates_on_the_human_references_only(
+    tmp_path: Path,
+) -> None:
+    records = _records(tmp_path / "img")
+    teacher = _results(
+        tmp_path / "t.json",
+        [{"image_id": "a", "caption": "a red box"}, {"image_id": "b", "caption": "a blue box"}],
+    )
+    data = CaptionDataModule(
+        train=RecordSource(records, extra_references=str(teacher), extra_copies=2),
+        val=RecordSource(records),
+        image_size=8,
+    )
+    train, val = data.split("train"), data.split("val")
+    assert [len(t) for t in train.tokens] == [4, 4] and [len(t) for t in val.tokens] == [2, 2]
+    assert len(data.train_dataloader().dataset) == 8  # cross-entropy: one (image, caption) pair each
+    vocab = data.build_vocab()
+    assert [" ".join(vocab.decode(t.tolist())) for t in train.tokens[1][2:]] == ["a blue box", "a blue box"]
+
+
+def test_the_key_composes_on_a_configs_training_split(tmp_path: Path) -> None:
+    cfg = compose_train(
+        ["data=flickr8k", "++data.train.extra_references=t.json", "++data.train.extra_copies=2"]
+    )
+    assert cfg.data.train.extra_references == "t.json" and cfg.data.train.extra_copies == 2
+    assert "extra_references" not in cfg.data.val
