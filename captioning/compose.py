@@ -16,7 +16,8 @@ def compose_config(config_name: str, overrides: list[str]) -> tuple[DictConfig, 
     Returns the config (without Hydra's own node) and the chosen option of every config group
     (``{"data": "flickr8k", "model/decoder": "soft", ...}``).
     """
-    from captioning.config_safety import check_targets, check_yaml_files, searchpath_overrides
+    from captioning.config_safety import check_targets
+    from captioning.config_yaml import check_yaml_files, searchpath_overrides
 
     check_yaml_files(searchpath_overrides(overrides))  # a user's config folder: bounded YAML, no tags
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

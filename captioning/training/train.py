@@ -23,7 +23,7 @@ from pytorch_lightning.loggers import WandbLogger  # noqa: E402
 from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from captioning.compose import CONFIG_DIR  # noqa: E402
-from captioning.config_safety import command_line_problem  # noqa: E402
+from captioning.config_command_line import command_line_problem  # noqa: E402
 from captioning.errors import ConfigError, is_user_error, one_line  # noqa: E402
 from captioning.training import startup, sweep_stop  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
