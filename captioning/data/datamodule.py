@@ -213,7 +213,7 @@ class CaptionDataModule(pl.LightningDataModule):
         self.check_images()
         if self.vocab is None:
             src = self.sources["train"]
-            captions = (tokenize(c) for i in range(len(src)) for c in src.captions(i))
+            captions = (tokenize(c) for i in range(len(src)) for c in src.vocabulary_captions(i))
             self.vocab = Vocab.build(captions, min_count=self.min_word_count)
         return self.vocab
 

@@ -11,6 +11,11 @@ captions join each image's human references:
   ``copies`` times; with Flickr8k's 5 references and ``copies=1``, 1 pair in 6 is the teacher's;
 * under self-critical training (``train_items: images``) they are references of the CIDEr-D reward.
 
+They are kept apart from the people's captions (``ImageRecord.extra_captions``), and the vocabulary is
+counted from the people's alone (``CaptionSource.vocabulary_captions``): the teacher's words are already in
+it, and its counts would only reorder it, so the student keeps the vocabulary of every model trained on
+the data without a teacher (``init_from`` one of them, ensembles and reranking with them).
+
 The file must describe exactly the split it is added to: an image id the split does not have is refused
 (a dev-split file given here would train on dev captions), and so is a training image the file leaves
 out (some images would get more pairs than others without anyone having chosen it).
@@ -68,4 +73,6 @@ def add_references(records: Sequence[ImageRecord], path: str | Path, copies: int
             f"{path}: no caption for {len(missing)} of this split's {len(ids)} images, e.g. {missing[:3]}; "
             "expected one or more for every image"
         )
-    return [replace(r, captions=r.captions + tuple(teacher[r.image_id]) * copies) for r in records]
+    return [
+        replace(r, extra_captions=r.extra_captions + tuple(teacher[r.image_id]) * copies) for r in records
+    ]

@@ -47,6 +47,7 @@ class ImageRecord:
     image_id: int | str  # COCO id, Karpathy cocoid/imgid, Flickr8k's filename stem, own data's file name
     path: Path  # absolute path of the image file
     captions: tuple[str, ...]  # raw reference captions, surrounding whitespace stripped
+    extra_captions: tuple[str, ...] = ()  # a teacher's, added to the references (data/extra_references.py)
 
 
 class Problems:

@@ -36,6 +36,11 @@ class CaptionSource:
     def image_id(self, i: int) -> int | str:
         raise NotImplementedError
 
+    def vocabulary_captions(self, i: int) -> tuple[str, ...]:
+        """The captions of image i that the vocabulary is counted from: its references, except those a
+        teacher added (``RecordSource(extra_references=...)``), which would only reorder it."""
+        return self.captions(i)
+
     def scene(self, i: int) -> dict[str, Any] | None:
         """What image i shows, where the source knows it (synthetic scenes; validation scores it with
         captioning.metrics.scenes): ``{"image_size": (W, H), "objects": [{"shape", "color", "size",
@@ -123,6 +128,9 @@ class RecordSource(CaptionSource):
         return load_rgb(self.records[i].path)
 
     def captions(self, i: int) -> tuple[str, ...]:
+        return tuple(self.records[i].captions) + tuple(self.records[i].extra_captions)
+
+    def vocabulary_captions(self, i: int) -> tuple[str, ...]:
         return tuple(self.records[i].captions)
 
     def image_id(self, i: int) -> int | str:

@@ -12,6 +12,7 @@ from captioning.data.datamodule import CaptionDataModule
 from captioning.data.extra_references import add_references
 from captioning.data.records import DatasetError, ImageRecord
 from captioning.data.sources import RecordSource
+from captioning.data.vocab import Vocab
 
 from support import compose_train
 
@@ -42,14 +43,18 @@ def test_each_images_teacher_captions_follow_its_own_in_file_order_copies_times(
         ],
     )
     once = add_references(records, teacher, copies=1)
-    assert [r.captions for r in once] == [
-        ("a red square", "the red box", "a red box", "red"),
-        ("a blue square", "the blue box", "a blue square"),
-    ]
+    assert [r.extra_captions for r in once] == [("a red box", "red"), ("a blue square",)]
+    assert [r.captions for r in once] == [r.captions for r in records]  # the people's, kept apart
+    assert RecordSource(records, extra_references=str(teacher)).captions(0) == (
+        "a red square",
+        "the red box",
+        "a red box",
+        "red",
+    )
     twice = add_references(records, teacher, copies=2)
-    assert twice[1].captions == ("a blue square", "the blue box", "a blue square", "a blue square")
+    assert twice[1].extra_captions == ("a blue square", "a blue square")
     assert [r.path for r in twice] == [r.path for r in records]
-    assert records[0].captions == ("a red square", "the red box")  # the readers' records are not changed
+    assert records[0].extra_captions == ()  # the readers' records are not changed
 
 
 @pytest.mark.parametrize(
@@ -124,3 +129,23 @@ def test_the_key_composes_on_a_configs_training_split(tmp_path: Path) -> None:
     )
     assert cfg.data.train.extra_references == "t.json" and cfg.data.train.extra_copies == 2
     assert "extra_references" not in cfg.data.val
+
+
+def test_the_vocabulary_is_the_one_without_the_teacher(tmp_path: Path) -> None:
+    """A teacher's words are already in the vocabulary (it was trained on these captions); its counts would
+    only reorder it, and a reordered vocabulary refuses init_from, ensembles and reranking with the models
+    trained without it."""
+    records = _records(tmp_path / "img")
+    teacher = _results(
+        tmp_path / "t.json",
+        [{"image_id": "a", "caption": "box box box box"}, {"image_id": "b", "caption": "box"}],
+    )
+    plain = CaptionDataModule(train=RecordSource(records), val=RecordSource(records), image_size=8)
+    taught = CaptionDataModule(
+        train=RecordSource(records, extra_references=str(teacher)), val=RecordSource(records), image_size=8
+    )
+    counted_with_teacher = Vocab.build(
+        c.split() for r in add_references(records, teacher, 1) for c in r.captions + r.extra_captions
+    )
+    assert counted_with_teacher.itos != plain.build_vocab().itos  # the teacher's counts would reorder it
+    assert taught.build_vocab().itos == plain.build_vocab().itos
