@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import hydra
 import pytest
 from PIL import Image
 
@@ -123,11 +124,24 @@ def test_the_data_module_trains_on_the_extra_pairs_and_validates_on_the_human_re
     assert [" ".join(vocab.decode(t.tolist())) for t in train.tokens[1][2:]] == ["a blue box", "a blue box"]
 
 
-def test_the_key_composes_on_a_configs_training_split(tmp_path: Path) -> None:
-    cfg = compose_train(
-        ["data=flickr8k", "++data.train.extra_references=t.json", "++data.train.extra_copies=2"]
+def records_in(folder: str) -> list[ImageRecord]:
+    """The two-image reader of these tests, as a config's ``records`` node can name it."""
+    return _records(Path(folder))
+
+
+def test_the_keys_reach_the_training_source_a_data_config_builds(tmp_path: Path) -> None:
+    """``++data.train.extra_references`` on a shipped data config: the training source Hydra builds from it
+    carries the teacher's captions (its reader swapped for this test's), the dev source does not."""
+    teacher = _results(
+        tmp_path / "t.json", [{"image_id": "a", "caption": "a red box"}, {"image_id": "b", "caption": "x"}]
     )
-    assert cfg.data.train.extra_references == "t.json" and cfg.data.train.extra_copies == 2
+    cfg = compose_train(
+        ["data=flickr8k", f"++data.train.extra_references={teacher}", "++data.train.extra_copies=2"]
+    )
+    cfg.data.train.records = {"_target_": f"{__name__}.records_in", "folder": str(tmp_path / "img")}
+    train = hydra.utils.instantiate(cfg.data.train)
+    assert train.captions(0) == ("a red square", "the red box", "a red box", "a red box")
+    assert train.vocabulary_captions(0) == ("a red square", "the red box")
     assert "extra_references" not in cfg.data.val
 
 
