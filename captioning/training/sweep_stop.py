@@ -15,6 +15,7 @@ process) gets SIGTERM through Lightning's own handler while it trains, which rep
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -35,8 +36,11 @@ def stop_workers(grace: float = GRACE_SECONDS) -> int:
         child.join(max(0.0, deadline - time.monotonic()))
     for child in children:
         if child.is_alive() and child.pid is not None:
-            os.kill(child.pid, signal.SIGKILL)  # loky's processes have no kill()
-            child.join(5)
+            # is_alive() stays True for a child that another thread reaped first (loky's manager thread
+            # joins the workers it sees die): its pid is gone, and the kill must not end the handler.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)  # loky's processes have no kill()
+                child.join(5)
     return len(children)
 
 
@@ -48,10 +52,13 @@ def in_worker_process() -> bool:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    stopped = stop_workers()
+    try:
+        stopped = f"{stop_workers()} running job(s) stopped"
+    except Exception as error:  # an exception out of a signal handler would end the sweep with status 1
+        stopped = f"stopping its workers failed: {type(error).__name__}: {error}"
     print(
-        f"captioning-train: sweep stopped by SIGTERM ({stopped} running job(s) stopped); go on with the same "
-        "command plus ckpt_path=auto (finished jobs are kept, the others resume from their last.ckpt)",
+        f"captioning-train: sweep stopped by SIGTERM ({stopped}); go on with the same command plus "
+        "ckpt_path=auto (finished jobs are kept, the others resume from their last.ckpt)",
         file=sys.stderr,
         flush=True,
     )

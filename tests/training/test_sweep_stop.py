@@ -4,6 +4,8 @@ exits 143 with one line on how to go on, and no job keeps training unseen."""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
+import os
 import signal
 import subprocess
 import sys
@@ -37,6 +39,23 @@ def test_workers_get_sigterm_and_one_that_ignores_it_is_killed_after_the_grace()
     assert not stubborn.is_alive() and stubborn.exitcode == -signal.SIGKILL
 
 
+def _nothing() -> None:
+    pass
+
+
+def test_a_worker_reaped_by_another_thread_is_counted_and_not_killed_again() -> None:
+    # loky's manager thread joins the workers it sees die; multiprocessing then still calls the child alive
+    # (its waitpid finds no child) and a SIGKILL to the pid raised ProcessLookupError out of the handler,
+    # which ended a stopped sweep with status 1 instead of 143.
+    ctx = multiprocessing.get_context("spawn")
+    gone = ctx.Process(target=_nothing)
+    gone.start()
+    assert multiprocessing.connection.wait([gone.sentinel], 60)
+    assert os.waitpid(gone.pid, 0)[0] == gone.pid  # reaped elsewhere, as loky's thread does
+    assert gone.is_alive()  # what multiprocessing believes
+    assert stop_workers(grace=1) == 1
+
+
 def _captioning_train() -> list[str]:
     script = Path(sys.executable).with_name("captioning-train")
     return [str(script)] if script.is_file() else [sys.executable, "-m", "captioning.training.train"]
@@ -61,7 +80,7 @@ def test_sigterm_to_a_joblib_sweep_ends_its_workers(tmp_path) -> None:
         workers = psutil.Process(sweep.pid).children(recursive=True)
         assert len([w for w in workers if "loky" in " ".join(w.cmdline())]) >= 2
         sweep.send_signal(signal.SIGTERM)
-        assert sweep.wait(timeout=120) == 143
+        assert sweep.wait(timeout=120) == 143, log.read_text()[-3000:]
         _, alive = psutil.wait_procs(workers, timeout=30)
         assert alive == []
         text = log.read_text()
