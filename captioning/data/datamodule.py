@@ -8,6 +8,9 @@ pixels: ``image_keys`` (``captioning.data.features.image_key``) name the images,
 asks the model's ``CachedEncoder`` (built from the model's own encoder, ``feature_cache`` holding only the
 cache's settings) for their ``features``. Batches name what they carry, ``images`` or ``image_keys``.
 Training images may be augmented (``train_crop_scale``, ``train_flip``); validation and test images never.
+A flip is a view of its own (``captioning.data.mirror``): the training split mirrored, its captions' "left"
+and "right" swapped, served from the feature cache like the originals; each training item is the original
+or its mirror with probability 1/2.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 from captioning.bounds import AtLeast, Between, check_bounds
 from captioning.data.features import image_key
 from captioning.data.images import TrainAugment, image_to_tensor
+from captioning.data.mirror import MirroredSource
 from captioning.data.resumable import ResumableLoader
 from captioning.data.sources import CaptionSource, MissingSplit, RecordSource
 from captioning.data.tokenize import tokenize
@@ -32,6 +36,9 @@ from captioning.data.vocab import Vocab
 
 if TYPE_CHECKING:
     from captioning.data.features import FeatureCache
+
+
+MIRRORED_TRAIN = "train (mirrored)"  # the view of the training split that train_flip adds
 
 
 @dataclass
@@ -72,17 +79,26 @@ class ImageKeys:
 
 
 Inputs = ImageLoader | ImageKeys  # image index -> (3, S, S) image, or the image's key in the feature cache
+View = tuple[EncodedSplit, Inputs]  # a split's captions and images: as they are, or mirrored (train_flip)
 
 
 def _input(inputs: Inputs, i: int) -> dict:
     return {"image_keys" if isinstance(inputs, ImageKeys) else "images": inputs(i)}
 
 
-class PairDataset(Dataset):
-    """One (image, caption) pair per item: image i with caption k."""
+def _pick(views: list[View]) -> View:
+    """One of the views, uniformly; no draw when there is one (an unflipped run's draws are unchanged).
+    Drawn from torch's generator, as the crops are: Lightning seeds it per DataLoader worker."""
+    return views[int(torch.randint(len(views), ()))] if len(views) > 1 else views[0]
 
-    def __init__(self, split: EncodedSplit, inputs: Inputs):
-        self.split, self.inputs = split, inputs
+
+class PairDataset(Dataset):
+    """One (image, caption) pair per item: image i with caption k (of one of ``views``, drawn per item:
+    the image and its mirror with the caption's sides swapped, for ``train_flip``)."""
+
+    def __init__(self, views: list[View]):
+        self.views = list(views)
+        split = self.views[0][0]
         self.index = [(i, k) for i, caps in enumerate(split.tokens) for k in range(len(caps))]
 
     def __len__(self) -> int:
@@ -90,27 +106,30 @@ class PairDataset(Dataset):
 
     def __getitem__(self, n: int) -> dict:
         i, k = self.index[n]
+        split, inputs = _pick(self.views)
         return {
-            **_input(self.inputs, i),
-            "tokens": self.split.tokens[i][k],
-            "image_ids": self.split.source.image_id(i),
+            **_input(inputs, i),
+            "tokens": split.tokens[i][k],
+            "image_ids": split.source.image_id(i),
         }
 
 
 class ImageDataset(Dataset):
-    """One image per item with all its references (and the first one encoded, for a val loss)."""
+    """One image per item with all its references (and the first one encoded, for a val loss); with
+    several ``views`` (a flipped training split, for SCST), the image or its mirror, drawn per item."""
 
-    def __init__(self, split: EncodedSplit, inputs: Inputs):
-        self.split, self.inputs = split, inputs
+    def __init__(self, views: list[View]):
+        self.views = list(views)
 
     def __len__(self) -> int:
-        return len(self.split.source)
+        return len(self.views[0][0].source)
 
     def __getitem__(self, i: int) -> dict:
-        src = self.split.source
+        split, inputs = _pick(self.views)
+        src = split.source
         return {
-            **_input(self.inputs, i),
-            "tokens": self.split.tokens[i][0],
+            **_input(inputs, i),
+            "tokens": split.tokens[i][0],
             "image_ids": src.image_id(i),
             "references": list(src.captions(i)),
             "indices": i,
@@ -161,8 +180,10 @@ class CaptionDataModule(pl.LightningDataModule):
         before the vocabulary is built (``captioning.data.verify``; verdicts cached in ``check_cache``,
         skipped files listed in ``skipped_list``), at most ``max_bad_fraction`` of a split skipped.
         ``train_crop_scale`` [min, max]: training images are random crops of that share of the area (null:
-        none); ``train_flip``: mirrored half the time (swaps left and right, see TrainAugment). Neither
-        goes with a ``feature_cache``: augmented pixels differ every epoch, cached features cannot."""
+        none; not with a ``feature_cache``: cropped pixels differ every epoch, cached features cannot);
+        ``train_flip``: each training item is mirrored half the time, its captions' "left" and "right"
+        swapped (``captioning.data.mirror``); with a ``feature_cache`` the mirrored images' features are
+        cached once beside the originals'."""
         check_bounds("data", CaptionDataModule, locals())  # the bounds in the signature above
         super().__init__()
         if test is None:  # never an alias of val: a "test" score of the dev images would be a lie
@@ -182,14 +203,13 @@ class CaptionDataModule(pl.LightningDataModule):
             raise ValueError(f"data.on_bad_image={on_bad_image!r}: expected one of {POLICIES}")
         self.on_bad_image, self.max_bad_fraction = on_bad_image, max_bad_fraction
         self.check_cache, self.skipped_list = check_cache, skipped_list
-        augmenting = train_crop_scale is not None or train_flip
-        if augmenting and feature_cache is not None:
+        if train_crop_scale is not None and feature_cache is not None:
             raise ValueError(
-                "data.train_crop_scale / data.train_flip change the training pixels every epoch, so cached "
-                "features cannot stand for them: drop data.feature_cache or the augmentation"
+                "data.train_crop_scale changes the training pixels every epoch, so cached features cannot "
+                "stand for them: drop data.feature_cache or the augmentation (data.train_flip goes with both)"
             )
-        scale = None if train_crop_scale is None else tuple(train_crop_scale)
-        self.train_augment = TrainAugment(scale, train_flip) if augmenting else None
+        self.train_augment = None if train_crop_scale is None else TrainAugment(tuple(train_crop_scale))
+        self.train_flip = bool(train_flip)
         self._checked = False
         self.vocab: Vocab | None = None
         self.splits: dict[str, EncodedSplit] = {}
@@ -217,9 +237,21 @@ class CaptionDataModule(pl.LightningDataModule):
             self.vocab = Vocab.build(captions, min_count=self.min_word_count)
         return self.vocab
 
+    def source(self, name: str) -> CaptionSource:
+        """The source of split ``name``, or of a view of one (``views``): "train (mirrored)"."""
+        if name == MIRRORED_TRAIN:
+            self.check_images()  # the mirror is of the checked split
+            return MirroredSource(self.sources["train"])
+        return self.sources[name]
+
+    def views(self, name: str) -> tuple[str, ...]:
+        """What the items of split ``name`` are drawn from: the split, and with ``train_flip`` the training
+        split's mirror too."""
+        return (name, MIRRORED_TRAIN) if name == "train" and self.train_flip else (name,)
+
     def split(self, name: str) -> EncodedSplit:
         if name not in self.splits:
-            self.splits[name] = encode_split(self.sources[name], self.build_vocab(), self.max_caption_length)
+            self.splits[name] = encode_split(self.source(name), self.build_vocab(), self.max_caption_length)
         return self.splits[name]
 
     def setup(self, stage: str | None = None) -> None:
@@ -229,17 +261,19 @@ class CaptionDataModule(pl.LightningDataModule):
         """The ``image_key`` of every image of split ``name`` (computed once: a scene's key hashes its pixels)."""
         if name not in self._keys:
             self.build_vocab()  # drops unreadable images first
-            source = self.sources[name]
+            source = self.source(name)
             self._keys[name] = [image_key(source, i) for i in range(len(source))]
         return self._keys[name]
 
     def inputs(self, name: str) -> Inputs:
         """What the items of split ``name`` carry: images, or with a feature cache their keys."""
         if self.feature_cache is None:
-            return ImageLoader(
-                self.sources[name], self.image_size, self.train_augment if name == "train" else None
-            )
+            training = name in self.views("train")
+            return ImageLoader(self.source(name), self.image_size, self.train_augment if training else None)
         return ImageKeys(self.image_keys(name))
+
+    def _views(self, name: str) -> list[View]:
+        return [(self.split(view), self.inputs(view)) for view in self.views(name)]
 
     def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool) -> DataLoader:
         return DataLoader(
@@ -259,7 +293,7 @@ class CaptionDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         dataset = PairDataset if self.train_items == "pairs" else ImageDataset
         return ResumableLoader(  # a run resumed mid-epoch goes on with the same batches (resumable.py)
-            dataset(self.split("train"), self.inputs("train")),
+            dataset(self._views("train")),
             self.batch_size,
             self._train_position,
             num_workers=self.num_workers,
@@ -283,9 +317,7 @@ class CaptionDataModule(pl.LightningDataModule):
         return trainer.current_epoch, batches.current.processed
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(ImageDataset(self.split("val"), self.inputs("val")), self.eval_batch_size, False)
+        return self._loader(ImageDataset(self._views("val")), self.eval_batch_size, False)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(
-            ImageDataset(self.split("test"), self.inputs("test")), self.eval_batch_size, False
-        )
+        return self._loader(ImageDataset(self._views("test")), self.eval_batch_size, False)

@@ -155,40 +155,31 @@ def image_to_tensor(image: Image.Image, image_size: int) -> torch.Tensor:
 class TrainAugment:
     """Training-only augmentation of a PIL image into the (3, S, S) model input (``image_to_tensor``'s
     output for the unaugmented image): a random crop covering ``crop_scale`` of the image's area, its
-    aspect ratio within ``crop_ratio`` of the image's own, resized (not cropped again) to S x S; then a
-    horizontal flip with probability 1/2 if ``flip``. Conservative by default: at least 70% of the area
-    stays, so the objects a caption names are rarely cut out. Flipping is off by default: it swaps left
-    and right, so captions saying "left"/"right" would describe the mirror image wrongly. Draws from
-    torch's generator, which Lightning seeds per DataLoader worker."""
+    aspect ratio within ``crop_ratio`` of the image's own, resized (not cropped again) to S x S.
+    Conservative by default: at least 70% of the area stays, so the objects a caption names are rarely cut
+    out. (Flips are not pixels alone: the captions' "left" and "right" swap with them, so the data module
+    draws them, captioning.data.mirror.) Draws from torch's generator, which Lightning seeds per DataLoader
+    worker."""
 
     def __init__(
         self,
-        crop_scale: tuple[float, float] | None = (0.7, 1.0),
-        flip: bool = False,
+        crop_scale: tuple[float, float] = (0.7, 1.0),
         crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
     ):
-        if crop_scale is not None:
-            lo, hi = (float(v) for v in crop_scale) if len(crop_scale) == 2 else (0.0, 0.0)
-            if not 0.0 < lo <= hi <= 1.0:
-                raise ValueError(
-                    f"crop_scale={list(crop_scale)}: expected [min, max] with 0 < min <= max <= 1"
-                )
-            crop_scale = (lo, hi)
+        lo, hi = (float(v) for v in crop_scale) if len(crop_scale) == 2 else (0.0, 0.0)
+        if not 0.0 < lo <= hi <= 1.0:
+            raise ValueError(f"crop_scale={list(crop_scale)}: expected [min, max] with 0 < min <= max <= 1")
         if not 0.0 < crop_ratio[0] <= 1.0 <= crop_ratio[1]:
             raise ValueError(f"crop_ratio={list(crop_ratio)}: expected [min, max] with 0 < min <= 1 <= max")
-        self.crop_scale, self.flip, self.crop_ratio = crop_scale, flip, tuple(float(v) for v in crop_ratio)
+        self.crop_scale, self.crop_ratio = (lo, hi), tuple(float(v) for v in crop_ratio)
 
     def __call__(self, image: Image.Image, image_size: int) -> torch.Tensor:
-        if self.crop_scale is not None:
-            lo, hi = self.crop_scale
-            area = lo + (hi - lo) * float(torch.rand(()))
-            log_lo, log_hi = np.log(self.crop_ratio[0]), np.log(self.crop_ratio[1])
-            ratio = float(np.exp(log_lo + (log_hi - log_lo) * float(torch.rand(()))))  # relative w/h
-            fw, fh = min(1.0, (area * ratio) ** 0.5), min(1.0, (area / ratio) ** 0.5)  # fractions of W, H
-            w, h = max(1, round(image.width * fw)), max(1, round(image.height * fh))
-            left = int(torch.randint(0, image.width - w + 1, ()))
-            top = int(torch.randint(0, image.height - h + 1, ()))
-            image = image.crop((left, top, left + w, top + h))
-        if self.flip and float(torch.rand(())) < 0.5:
-            image = ImageOps.mirror(image)
-        return image_to_tensor(image, image_size)  # (3, S, S)
+        lo, hi = self.crop_scale
+        area = lo + (hi - lo) * float(torch.rand(()))
+        log_lo, log_hi = np.log(self.crop_ratio[0]), np.log(self.crop_ratio[1])
+        ratio = float(np.exp(log_lo + (log_hi - log_lo) * float(torch.rand(()))))  # relative w/h
+        fw, fh = min(1.0, (area * ratio) ** 0.5), min(1.0, (area / ratio) ** 0.5)  # fractions of W, H
+        w, h = max(1, round(image.width * fw)), max(1, round(image.height * fh))
+        left = int(torch.randint(0, image.width - w + 1, ()))
+        top = int(torch.randint(0, image.height - h + 1, ()))
+        return image_to_tensor(image.crop((left, top, left + w, top + h)), image_size)  # (3, S, S)

@@ -105,9 +105,10 @@ class CaptionLitModule(pl.LightningModule):
             self.cached_encoder = CachedEncoder(settings.bind(self.net.encoder), datamodule.image_size)
             self._cached_splits = set()
         for name in splits:
-            if name not in self._cached_splits:
-                self.cached_encoder.add(datamodule.sources[name], datamodule.image_keys(name))
-                self._cached_splits.add(name)
+            for view in datamodule.views(name):  # "train" and, with data.train_flip, its mirror
+                if view not in self._cached_splits:
+                    self.cached_encoder.add(datamodule.source(view), datamodule.image_keys(view))
+                    self._cached_splits.add(view)
 
     def on_validation_start(self) -> None:
         self.prepare_feature_cache(("val",))  # trainer.validate alone; in fit, prepared at its start

@@ -1,0 +1,177 @@
+"""Horizontal flips that keep the captions true: the mirror image of a training photo, with "left" and
+"right" swapped in its captions.
+
+A mirrored photo of "a man holds a cup in his left hand" shows the cup in his right hand; training on the
+mirror with the old caption teaches the model that the words mean nothing. So a flip swaps the side words
+(``swap_sides``), as the mirror swaps the sides. Words with no side meaning are kept: "right" as an
+intensifier ("right behind the dog", "right in front of"), "left" as the past of "to leave" ("the bag was left
+on the bench", "the others have left"). The rules below were read off Flickr8k's 40,000 captions, of which
+~0.4% name a side (tests/data/test_mirror.py holds the cases).
+
+``MirroredSource`` is a training split's mirror image as a caption source of its own: its images are the
+base images mirrored, its captions swapped, its image ids the base's (the same photo). Being a source, it
+goes through every path a source goes through, the feature cache included: a frozen encoder's features of
+the mirrored images are computed once, under keys of their own (``captioning.data.features.image_key``),
+so flipping costs no encoder time per step (``CaptionDataModule(train_flip=True)`` draws, per training
+item, the image or its mirror with probability 1/2 each).
+"""
+
+from __future__ import annotations
+
+import re
+
+from PIL import Image, ImageOps
+
+from captioning.data.sources import CaptionSource
+
+# Side words and their mirror words (lower case; the match keeps the original's capitalisation).
+SIDE_WORDS = {
+    "left": "right",
+    "right": "left",
+    "leftmost": "rightmost",
+    "rightmost": "leftmost",
+    "lefthand": "righthand",
+    "righthand": "lefthand",
+    "lefthanded": "righthanded",
+    "righthanded": "lefthanded",
+}
+# "right" before these words is an intensifier ("right behind", "right in front of"), not a side; "right"
+# after "to the" / "on the" is a side whatever follows ("to the right in the picture"), see _is_side.
+_RIGHT_INTENSIFIED = [
+    "above",
+    "across",
+    "after",
+    "against",
+    "along",
+    "around",
+    "at",
+    "away",
+    "before",
+    "behind",
+    "below",
+    "beneath",
+    "beside",
+    "between",
+    "by",
+    "down",
+    "here",
+    "in",
+    "inside",
+    "into",
+    "near",
+    "next",
+    "now",
+    "off",
+    "on",
+    "onto",
+    "out",
+    "outside",
+    "over",
+    "past",
+    "there",
+    "through",
+    "to",
+    "toward",
+    "towards",
+    "under",
+    "underneath",
+    "up",
+    "where",
+]
+# "left" after these words is the verb "to leave" ("was left", "have left"), before these a verb too
+# ("left behind", "left alone").
+_LEFT_VERB_AFTER = [
+    "am",
+    "are",
+    "be",
+    "been",
+    "being",
+    "get",
+    "gets",
+    "got",
+    "had",
+    "has",
+    "have",
+    "is",
+    "just",
+    "was",
+    "were",
+]
+_LEFT_VERB_BEFORE = ["alone", "behind", "by", "over", "unattended"]
+# After these, a side word names a side whatever follows it ("the right", "his left", "to the left").
+_SIDE_BEFORE = [
+    "a",
+    "the",
+    "his",
+    "her",
+    "its",
+    "their",
+    "my",
+    "your",
+    "our",
+    "far",
+    "upper",
+    "lower",
+    "top",
+    "bottom",
+]
+
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def _is_side(word: str, before: str, after: str) -> bool:
+    """Whether ``word`` (lower case, a key of SIDE_WORDS) names a side, given its neighbouring words
+    (lower case; "" at the caption's ends)."""
+    if word not in ("left", "right") or before in _SIDE_BEFORE:
+        return True
+    if word == "right":
+        return after not in _RIGHT_INTENSIFIED
+    return before not in _LEFT_VERB_AFTER and after not in _LEFT_VERB_BEFORE
+
+
+def _same_case(word: str, like: str) -> str:
+    if like.isupper() and len(like) > 1:
+        return word.upper()
+    return word.capitalize() if like[:1].isupper() else word
+
+
+def swap_sides(caption: str) -> str:
+    """``caption`` as it reads for the mirror image: side words swapped (left <-> right, leftmost <->
+    rightmost, ...), everything else (spacing, punctuation, case) as it was."""
+    matches = list(_WORD.finditer(caption))
+    words = [m.group().lower() for m in matches]
+    parts, end = [], 0
+    for n, match in enumerate(matches):
+        word = words[n]
+        if word not in SIDE_WORDS:
+            continue
+        before = words[n - 1] if n else ""
+        after = words[n + 1] if n + 1 < len(words) else ""
+        if _is_side(word, before, after):
+            parts += [caption[end : match.start()], _same_case(SIDE_WORDS[word], match.group())]
+            end = match.end()
+    return "".join(parts) + caption[end:]
+
+
+class MirroredSource(CaptionSource):
+    """``base`` seen in a mirror: image i mirrored left to right, its captions through ``swap_sides``.
+    The vocabulary is the base's (a swap only trades side words); a synthetic scene's description is not
+    mirrored (``scene`` is None), as only a training split is mirrored and validation scores scenes."""
+
+    def __init__(self, base: CaptionSource):
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def image(self, i: int) -> Image.Image:
+        return ImageOps.mirror(self.base.image(i))
+
+    def captions(self, i: int) -> tuple[str, ...]:
+        return tuple(swap_sides(c) for c in self.base.captions(i))
+
+    def vocabulary_captions(self, i: int) -> tuple[str, ...]:
+        return self.base.vocabulary_captions(i)
+
+    def image_id(self, i: int) -> int | str:
+        return self.base.image_id(i)

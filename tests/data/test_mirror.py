@@ -1,0 +1,176 @@
+"""Flips that keep captions true (captioning/data/mirror.py): side words swapped with the pixels, and the
+mirrored training split served like any split, from pixels or from the feature cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from PIL import ImageOps
+from test_features import TINY_CACHED, count_images, frozen_cnn
+
+from captioning.compose import compose_config
+from captioning.data.datamodule import MIRRORED_TRAIN, CaptionDataModule
+from captioning.data.features import FeatureCache
+from captioning.data.images import image_to_tensor
+from captioning.data.mirror import MirroredSource, swap_sides
+from captioning.data.readers import read_flickr8k
+from captioning.data.sources import SyntheticSource
+from captioning.data.tokenize import tokenize
+from captioning.training.train import train
+
+from support import FLICKR8K, HAS_FLICKR8K
+
+SWAPPED = [  # (caption, as it reads in the mirror)
+    ("a man holds a cup in his left hand", "a man holds a cup in his right hand"),
+    ("A dog runs to the right .", "A dog runs to the left ."),
+    ("Left of the tree stands a boy", "Right of the tree stands a boy"),
+    ("the rightmost girl waves her right-handed racket", "the leftmost girl waves her left-handed racket"),
+    ("a small red circle in the top right and a blue one in the bottom left",
+     "a small red circle in the top left and a blue one in the bottom right"),
+    ("to the right in the picture", "to the left in the picture"),  # a side, whatever follows "the right"
+    ("RIGHT side up", "LEFT side up"),
+]  # fmt: skip
+ONE_WAY = [  # a side, whose mirror word reads as no side: "right at" is mostly "exactly at"
+    ("a boy turns left at the corner", "a boy turns right at the corner"),
+]
+KEPT = [  # no side meant
+    "a dog walks right behind its owner",
+    "a girl stands right in front of a fountain",
+    "a bag was left on the bench",
+    "the people have left",
+    "a puppy is left alone in the yard",
+    "the water left behind by the tide",
+    "a brightly lit street with leftover snow",  # words that only contain the letters
+]
+
+
+@pytest.mark.parametrize(("caption", "mirrored"), SWAPPED)
+def test_side_words_swap_keeping_case_and_punctuation(caption, mirrored) -> None:
+    assert swap_sides(caption) == mirrored
+    assert swap_sides(mirrored) == caption  # the mirror of the mirror is the photo
+
+
+@pytest.mark.parametrize(("caption", "mirrored"), ONE_WAY)
+def test_a_side_before_an_intensifier_word_swaps_one_way(caption, mirrored) -> None:
+    assert swap_sides(caption) == mirrored and swap_sides(mirrored) == mirrored
+
+
+@pytest.mark.parametrize("caption", KEPT)
+def test_words_that_name_no_side_are_kept(caption) -> None:
+    assert swap_sides(caption) == caption
+
+
+@pytest.mark.skipif(not HAS_FLICKR8K, reason="../shared/data/flickr8k is not here")
+def test_flickr8k_captions_change_only_in_their_side_words() -> None:
+    records = read_flickr8k(FLICKR8K, "train") + read_flickr8k(FLICKR8K, "val")
+    captions = [c for r in records for c in r.captions]
+    changed = [(c, swap_sides(c)) for c in captions if swap_sides(c) != c]
+    assert 0 < len(changed) < 0.01 * len(captions)  # ~0.4% name a side
+    side = {"left", "right", "leftmost", "rightmost", "lefthand", "righthand", "lefthanded", "righthanded"}
+    for caption, mirrored in changed:
+        before, after = tokenize(caption), tokenize(mirrored)
+        assert len(before) == len(after)
+        assert all(a == b or {a, b} <= side and a != b for a, b in zip(before, after)), caption
+
+
+def test_a_mirrored_source_is_its_base_mirrored_with_swapped_captions() -> None:
+    base = SyntheticSource(4, seed=0, split="train")
+    mirror = MirroredSource(base)
+    assert len(mirror) == 4
+    for i in range(4):
+        assert mirror.image(i).tobytes() == ImageOps.mirror(base.image(i)).tobytes()
+        assert mirror.captions(i) == tuple(swap_sides(c) for c in base.captions(i))
+        assert mirror.image_id(i) == base.image_id(i) and mirror.scene(i) is None
+    assert any(mirror.captions(i) != base.captions(i) for i in range(4))  # the scenes name sides
+
+
+def _datamodule(**kwargs) -> CaptionDataModule:
+    train_split, val = SyntheticSource(6, seed=0, split="train"), SyntheticSource(2, seed=0, split="val")
+    return CaptionDataModule(train_split, val, image_size=32, **kwargs)
+
+
+def _mirrored_items(dm: CaptionDataModule, key: str) -> list[bool]:
+    """Draw every training pair ten times; check each is the pair or its mirror as a whole (pixels or
+    cache key with the tokens of the same view); return whether each draw was mirrored."""
+    dataset = dm.train_dataloader().dataset
+    plain, mirror = dm.split("train"), dm.split(MIRRORED_TRAIN)
+    drawn = []
+    for _ in range(10):
+        for n, (i, k) in enumerate(dataset.index):
+            item = dataset[n]
+            if key == "images":
+                as_plain = image_to_tensor(dm.sources["train"].image(i), 32)
+                is_mirror = torch.equal(item["images"], as_plain.flip(-1))
+                assert is_mirror or torch.equal(item["images"], as_plain)
+            else:
+                is_mirror = item["image_keys"] == dm.image_keys(MIRRORED_TRAIN)[i]
+                assert is_mirror or item["image_keys"] == dm.image_keys("train")[i]
+            assert torch.equal(item["tokens"], (mirror if is_mirror else plain).tokens[i][k])
+            drawn.append(is_mirror)
+    return drawn
+
+
+def test_flipped_pairs_carry_the_mirror_image_with_its_swapped_caption() -> None:
+    torch.manual_seed(0)
+    drawn = _mirrored_items(_datamodule(train_flip=True), "images")
+    assert 0.4 < sum(drawn) / len(drawn) < 0.6  # 300 draws, half mirrored
+    assert _mirrored_items(_datamodule(), "images") == [False] * len(drawn)  # off by default
+    dm = _datamodule(train_flip=True)
+    assert dm.views("train") == ("train", MIRRORED_TRAIN) and dm.views("val") == ("val",)
+    val = dm.val_dataloader().dataset
+    for i in range(2):  # validation is never flipped
+        assert torch.equal(val[i]["images"], image_to_tensor(dm.sources["val"].image(i), 32))
+        assert val[i]["references"] == list(dm.sources["val"].captions(i))
+
+
+def test_scst_items_carry_the_mirrors_swapped_references() -> None:
+    torch.manual_seed(0)
+    dm = _datamodule(train_flip=True, train_items="images")
+    dataset = dm.train_dataloader().dataset
+    seen = set()
+    for _ in range(8):
+        item = dataset[1]
+        plain = image_to_tensor(dm.sources["train"].image(1), 32)
+        mirrored = torch.equal(item["images"], plain.flip(-1))
+        source = MirroredSource(dm.sources["train"]) if mirrored else dm.sources["train"]
+        assert item["references"] == list(source.captions(1))
+        seen.add(mirrored)
+    assert seen == {True, False}
+
+
+def test_flips_are_cached_beside_the_originals_and_crops_still_need_pixels(tmp_path) -> None:
+    cache = FeatureCache(frozen_cnn(), tmp_path, batch_size=4, progress=False)
+    dm = _datamodule(train_flip=True, feature_cache=cache)
+    keys, mirror_keys = dm.image_keys("train"), dm.image_keys(MIRRORED_TRAIN)
+    assert all(m == f"mirrored:{k}" for k, m in zip(keys, mirror_keys))
+    calls = count_images(cache.encoder)
+    features = cache.features(dm.source(MIRRORED_TRAIN), 32, mirror_keys)
+    assert sum(calls) == 6
+    live = torch.stack([image_to_tensor(dm.source(MIRRORED_TRAIN).image(i), 32) for i in range(6)])
+    mean, std = (
+        torch.tensor(cache.encoder.mean).view(1, 3, 1, 1),
+        torch.tensor(cache.encoder.std).view(1, 3, 1, 1),
+    )
+    with torch.no_grad():
+        expected = cache.encoder((live - mean) / std)  # (6, L, D): the encoder on the mirrored pixels
+    torch.testing.assert_close(torch.stack([features(i) for i in range(6)]), expected, rtol=2e-3, atol=2e-3)
+    torch.manual_seed(0)
+    drawn = _mirrored_items(dm, "image_keys")
+    assert 0.4 < sum(drawn) / len(drawn) < 0.6
+    with pytest.raises(ValueError, match="train_crop_scale changes the training pixels"):
+        _datamodule(train_crop_scale=[0.7, 1.0], feature_cache=cache)
+
+
+def test_a_cached_run_with_flips_encodes_each_mirror_once_and_trains(tmp_path) -> None:
+    overrides = [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}", "++data.train_flip=true"]
+    cfg, _ = compose_config("train", overrides)
+    cfg.output_dir = str(tmp_path / "run")
+    train(cfg)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    (folder,) = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
+    stored = json.loads((folder / "index.json").read_text())["images"]
+    assert len(stored) == 24 + 24 + 8  # the train scenes, their mirrors, the val scenes
+    assert sum(k.startswith("mirrored:") for k in stored) == 24
+    assert run["finished"] and run["global_step"] > 0
