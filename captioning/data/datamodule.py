@@ -98,8 +98,8 @@ class PairDataset(Dataset):
 
     def __init__(self, views: list[View]):
         self.views = list(views)
-        split = self.views[0][0]
-        self.index = [(i, k) for i, caps in enumerate(split.tokens) for k in range(len(caps))]
+        self.split = self.views[0][0]  # the split as it is (a mirror's items are the same images)
+        self.index = [(i, k) for i, caps in enumerate(self.split.tokens) for k in range(len(caps))]
 
     def __len__(self) -> int:
         return len(self.index)
@@ -120,9 +120,10 @@ class ImageDataset(Dataset):
 
     def __init__(self, views: list[View]):
         self.views = list(views)
+        self.split = self.views[0][0]  # the split as it is (what callbacks show: wandb_table)
 
     def __len__(self) -> int:
-        return len(self.views[0][0].source)
+        return len(self.split.source)
 
     def __getitem__(self, i: int) -> dict:
         split, inputs = _pick(self.views)

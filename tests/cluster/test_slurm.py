@@ -208,7 +208,8 @@ def test_the_sbatch_template_survives_a_preemption_and_a_time_limit_warning_by_i
     print(f"interrupted at steps {first}, {second}; steps trained again after each: {redone}")
     assert redone[0] <= EVERY, (first, redone)  # a preemption loses at most one checkpoint interval
     assert redone[1] == 0, (second, redone)  # the warning saves where the run stops
-    assert re.search(rf"SLURM warning signal: last.ckpt saved at step \d+; job {job} requeued", text)
+    assert re.search(rf"SLURM warning signal: last.ckpt saved at step \d+; requeueing job {job}\n", text)
+    assert "not requeued" not in text
     for count in (1, 2):
         assert f"SLURM job {job} restarted (SLURM_RESTART_COUNT={count}): ckpt_path=auto" in text
     assert "already holds checkpoints" not in text
@@ -256,7 +257,9 @@ def test_a_run_longer_than_its_time_limit_saves_on_the_warning_requeues_itself_a
     assert _wait_for(job, slurm, ended, timeout=400) == "COMPLETED", log.read_text()[-4000:]
 
     text = log.read_text()
-    warnings = re.findall(rf"SLURM warning signal: last.ckpt saved at step (\d+); job {job} requeued", text)
+    warnings = re.findall(
+        rf"SLURM warning signal: last.ckpt saved at step (\d+); requeueing job {job}\n", text
+    )
     assert len(warnings) == 1, text[-4000:]  # warned once, by SLURM, and the restart ended before its own
     warned_at = int(warnings[0])
     first, restarted = _attempts(log, steps)  # exactly two starts

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 from pathlib import Path
 
@@ -85,6 +86,31 @@ def test_requeued_twice_at_random_steps_the_job_resumes_by_itself_and_ends_where
     files = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()}
     assert train(compose_train(RUN, run_dir)) == str(best)
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()} == files
+
+
+def test_a_refused_requeue_is_said_and_training_goes_on_to_the_end(
+    tmp_path: Path, fake_slurm: Path, monkeypatch, capfd
+) -> None:
+    # scontrol refuses (a job without --requeue, a cluster that forbids it): the warning's save is kept, the
+    # run says so and trains on; the line saying what it saves comes before the requeue is asked for.
+    fake_slurm.parent.joinpath("bin", "scontrol").write_text(
+        f'#!/bin/sh\necho "$@" >> {fake_slurm}\necho "Requested operation is disabled" >&2\nexit 1\n'
+    )
+    cfg = compose_train(RUN, tmp_path / "run")
+    with open_dict(cfg):
+        cfg.callbacks.warn_at = OmegaConf.create({"_target_": f"{__name__}.WarnAt"})
+        cfg.allowed_targets = [__name__]
+    WarnAt.step = 5
+    train(cfg)
+    assert fake_slurm.read_text() == "requeue 4242\n"
+    said = capfd.readouterr().err
+    saved = re.search(r"SLURM warning signal: last.ckpt saved at step [56]; requeueing job 4242\n", said)
+    refused = said.find("job 4242 not requeued, training goes on: Requested operation is disabled\n")
+    assert saved and saved.start() < refused, said[-2000:]
+    assert (
+        torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == STEPS
+    )
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["finished"] is True
 
 
 def test_without_a_restart_or_with_an_explicit_ckpt_path_the_config_is_left_alone(

@@ -76,14 +76,21 @@ class SlurmRequeue(pl.Callback):
         ok = True
         if trainer.is_global_zero:
             job = slurm_job_id()
-            done = subprocess.run(["scontrol", "requeue", str(job)], capture_output=True, text=True)
-            ok = done.returncode == 0
-            outcome = "requeued" if ok else f"not requeued, training goes on: {done.stderr.strip()}"
+            # Said before the requeue: the requeue's SIGTERM and srun's SIGKILL can end the step before srun
+            # has forwarded a line written after it (a loaded machine lost it from the job's output).
             print(
-                f"SLURM warning signal: last.ckpt saved at step {trainer.global_step}; job {job} {outcome}",
+                f"SLURM warning signal: last.ckpt saved at step {trainer.global_step}; requeueing job {job}",
                 file=sys.stderr,
                 flush=True,
             )
+            done = subprocess.run(["scontrol", "requeue", str(job)], capture_output=True, text=True)
+            ok = done.returncode == 0
+            if not ok:
+                print(
+                    f"SLURM warning signal: job {job} not requeued, training goes on: {done.stderr.strip()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if trainer.strategy.reduce_boolean_decision(ok, all=True):
             end = time.monotonic() + self.wait_s
             while not trainer.received_sigterm and time.monotonic() < end:
