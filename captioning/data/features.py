@@ -200,9 +200,10 @@ class FeatureCache:
                 return CachedFeatures(
                     directory, index["chunks"], [tuple(index["images"][k][:2]) for k in keys]
                 )
+            lacking = f"{len(todo)} image(s) not in it, e.g. {next(iter(todo))}; " if todo else ""
             raise DatasetError(
-                f"{self.cache_dir}: cannot store the cached features there ({problem}); expected a writable "
-                "folder (data.feature_cache.cache_dir: paths.cache, $CAPTIONING_CACHE)"
+                f"{self.cache_dir}: {lacking}cannot store the cached features there ({problem}); expected a "
+                "writable folder (data.feature_cache.cache_dir: paths.cache, $CAPTIONING_CACHE)"
             )
         directory.mkdir(parents=True, exist_ok=True)
         with _locked(directory / ".lock"):  # concurrent runs (DDP ranks, sweeps) encode each image once

@@ -35,98 +35,194 @@ SIDE_WORDS = {
     "lefthanded": "righthanded",
     "righthanded": "lefthanded",
 }
-# "right" before these words is an intensifier ("right behind", "right in front of"), not a side; "right"
-# after "to the" / "on the" is a side whatever follows ("to the right in the picture"), see _is_side.
-_RIGHT_INTENSIFIED = [
-    "above",
-    "across",
-    "after",
-    "against",
-    "along",
-    "around",
-    "at",
-    "away",
-    "before",
-    "behind",
-    "below",
-    "beneath",
-    "beside",
-    "between",
-    "by",
-    "down",
-    "here",
-    "in",
-    "inside",
-    "into",
-    "near",
-    "next",
-    "now",
-    "off",
-    "on",
-    "onto",
-    "out",
-    "outside",
-    "over",
-    "past",
-    "there",
-    "through",
-    "to",
-    "toward",
-    "towards",
-    "under",
-    "underneath",
-    "up",
-    "where",
-]
-# "left" after these words is the verb "to leave" ("was left", "have left"), before these a verb too
-# ("left behind", "left alone").
-_LEFT_VERB_AFTER = [
-    "am",
-    "are",
-    "be",
-    "been",
-    "being",
-    "get",
-    "gets",
-    "got",
-    "had",
-    "has",
-    "have",
-    "is",
-    "just",
-    "was",
-    "were",
-]
-_LEFT_VERB_BEFORE = ["alone", "behind", "by", "over", "unattended"]
-# After these, a side word names a side whatever follows it ("the right", "his left", "to the left").
-_SIDE_BEFORE = [
-    "a",
-    "the",
-    "his",
-    "her",
-    "its",
-    "their",
-    "my",
-    "your",
-    "our",
-    "far",
-    "upper",
-    "lower",
-    "top",
-    "bottom",
-]
+# "right" before these words is an intensifier ("right behind", "right in front of"), not a side; after a
+# word of _SIDE_BEFORE it is a side whatever follows ("to the right in the picture"), see _is_side.
+_RIGHT_INTENSIFIED = frozenset(
+    [
+        "above",
+        "across",
+        "after",
+        "against",
+        "ahead",
+        "alongside",
+        "along",
+        "around",
+        "at",
+        "away",
+        "before",
+        "behind",
+        "below",
+        "beneath",
+        "beside",
+        "between",
+        "by",
+        "down",
+        "here",
+        "in",
+        "inside",
+        "into",
+        "near",
+        "next",
+        "now",
+        "off",
+        "on",
+        "onto",
+        "out",
+        "outside",
+        "over",
+        "past",
+        "there",
+        "through",
+        "to",
+        "toward",
+        "towards",
+        "under",
+        "underneath",
+        "up",
+        "where",
+    ]
+)
+# After these a side word names a side whatever follows it ("the right", "his left", "to the left", "the
+# top left"); "" is the caption's start ("Left of the tree ...").
+_SIDE_BEFORE = frozenset(
+    [
+        "a",
+        "the",
+        "his",
+        "her",
+        "its",
+        "their",
+        "my",
+        "your",
+        "our",
+        "far",
+        "upper",
+        "lower",
+        "top",
+        "bottom",
+        "center",
+        "centre",
+        "middle",
+        "to",
+        "on",
+        "from",
+        "at",
+        "toward",
+        "towards",
+    ]
+)
+# "left" is a side after these (turning, looking, leaning that way) ...
+_LEFT_MOTION = frozenset(
+    [
+        "turn",
+        "turns",
+        "turned",
+        "turning",
+        "look",
+        "looks",
+        "looked",
+        "looking",
+        "lean",
+        "leans",
+        "leaning",
+        "face",
+        "faces",
+        "facing",
+        "head",
+        "heads",
+        "heading",
+        "go",
+        "goes",
+        "going",
+        "move",
+        "moves",
+        "moving",
+        "veer",
+        "veers",
+        "veering",
+        "swerve",
+        "swerves",
+        "swerving",
+        "jump",
+        "jumps",
+        "jumping",
+        "point",
+        "points",
+        "pointing",
+        "glance",
+        "glances",
+        "glancing",
+        "steer",
+        "steers",
+        "steering",
+        "and",
+        "or",
+    ]
+)
+# ... or before these ("his padded left arm", "a left turn"); anywhere else it is the verb "to leave"
+# ("a bag left on the bench", "the water left behind", "only three pieces left").
+_SIDE_NOUNS = frozenset(
+    [
+        "hand",
+        "hands",
+        "arm",
+        "arms",
+        "leg",
+        "legs",
+        "foot",
+        "feet",
+        "side",
+        "sides",
+        "eye",
+        "eyes",
+        "ear",
+        "ears",
+        "shoulder",
+        "shoulders",
+        "knee",
+        "knees",
+        "wrist",
+        "wrists",
+        "elbow",
+        "elbows",
+        "ankle",
+        "ankles",
+        "cheek",
+        "fist",
+        "glove",
+        "shoe",
+        "boot",
+        "sleeve",
+        "pocket",
+        "lane",
+        "lanes",
+        "turn",
+        "turns",
+        "corner",
+        "field",
+        "wing",
+        "edge",
+        "half",
+        "one",
+        "ones",
+    ]
+)
+_LEFT_VERB_BEFORE = frozenset(["alone", "behind", "by", "over", "unattended"])
 
 _WORD = re.compile(r"[A-Za-z]+")
+_QUOTED = re.compile(r'"[^"]*"')  # what a sign says: a mirror does not change its words
 
 
 def _is_side(word: str, before: str, after: str) -> bool:
     """Whether ``word`` (lower case, a key of SIDE_WORDS) names a side, given its neighbouring words
     (lower case; "" at the caption's ends)."""
-    if word not in ("left", "right") or before in _SIDE_BEFORE:
+    if word not in ("left", "right") or before in _SIDE_BEFORE or after in _SIDE_NOUNS:
         return True
     if word == "right":
         return after not in _RIGHT_INTENSIFIED
-    return before not in _LEFT_VERB_AFTER and after not in _LEFT_VERB_BEFORE
+    if before == "":  # "Left of the tree ...", unless "Left behind ..."
+        return after not in _LEFT_VERB_BEFORE
+    return before in _LEFT_MOTION
 
 
 def _same_case(word: str, like: str) -> str:
@@ -137,13 +233,15 @@ def _same_case(word: str, like: str) -> str:
 
 def swap_sides(caption: str) -> str:
     """``caption`` as it reads for the mirror image: side words swapped (left <-> right, leftmost <->
-    rightmost, ...), everything else (spacing, punctuation, case) as it was."""
+    rightmost, ...), everything else (spacing, punctuation, case) as it was. Quoted words are what a sign
+    says ('the words " Look Right " painted on a street'): a mirror does not change them."""
     matches = list(_WORD.finditer(caption))
     words = [m.group().lower() for m in matches]
+    quoted = [range(q.start(), q.end()) for q in _QUOTED.finditer(caption)]
     parts, end = [], 0
     for n, match in enumerate(matches):
         word = words[n]
-        if word not in SIDE_WORDS:
+        if word not in SIDE_WORDS or any(match.start() in span for span in quoted):
             continue
         before = words[n - 1] if n else ""
         after = words[n + 1] if n + 1 < len(words) else ""

@@ -97,7 +97,10 @@ class SelfCriticalLitModule(CaptionLitModule):
             raise ValueError(
                 "objective scst needs data.train_items=images (whole images with their references)"
             )
-        self.reward = scst_reward(datamodule.sources["train"])  # training references' frequencies, once
+        # the references of every view the items come from, in the datasets' order (batch["indices"]): the
+        # training split, and its mirror with the side words swapped when data.train_flip is on
+        views = datamodule.views("train") if hasattr(datamodule, "views") else ("train",)
+        self.reward = scst_reward(*(datamodule.source(v) for v in views))
 
     # -- the self-critical step -----------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
@@ -157,10 +160,15 @@ class SelfCriticalLitModule(CaptionLitModule):
 
 
 # -- the pieces scripts/scst_diagnostics.py measures the same way ------------------------------------------
-def scst_reward(source: CaptionSource) -> CiderD:
-    """CIDEr-D of a caption against image i's references, document frequencies from all of ``source``'s
-    references (tokenised as the captions are): the reward, over the training split in training."""
-    return CiderD([[" ".join(tokenize(c)) for c in source.captions(i)] for i in range(len(source))])
+def scst_reward(*sources: CaptionSource) -> CiderD:
+    """CIDEr-D of a caption against image i's references, document frequencies from all the ``sources``'
+    references (tokenised as the captions are): the reward, over the training split in training. With
+    several sources image i is their concatenation's (the training split and its mirror: ``i + N`` is
+    image i mirrored, ``ImageDataset``'s ``indices``); a mirror only swaps side words, so the document
+    frequencies are the split's own but for those."""
+    return CiderD(
+        [[" ".join(tokenize(c)) for c in source.captions(i)] for source in sources for i in range(len(source))]
+    )
 
 
 def teacher_forced_inputs(tokens: Tensor) -> Tensor:

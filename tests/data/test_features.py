@@ -287,8 +287,9 @@ def test_a_read_only_feature_cache_is_one_line_naming_the_folder_and_serves_what
     source = SyntheticSource(4, seed=3, split="val")
     empty = tmp_path / "empty"
     _make_read_only(empty, monkeypatch)
+    lacking = r"4 image\(s\) not in it, e.g. pixels:\(96, 96\):[0-9a-f]+; "  # the first missing key named
     with pytest.raises(
-        DatasetError, match=rf"^{empty}: cannot store the cached features there \(the folder "
+        DatasetError, match=rf"^{empty}: {lacking}cannot store the cached features there \(the folder "
     ):
         FeatureCache(frozen_cnn(), empty, progress=False).features(source, 64)
     full = tmp_path / "full"

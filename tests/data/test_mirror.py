@@ -18,9 +18,10 @@ from captioning.data.mirror import MirroredSource, swap_sides
 from captioning.data.readers import read_flickr8k
 from captioning.data.sources import SyntheticSource
 from captioning.data.tokenize import tokenize
+from captioning.training.scst import scst_reward
 from captioning.training.train import train
 
-from support import FLICKR8K, HAS_FLICKR8K
+from support import FLICKR8K, HAS_FLICKR8K, TINY, compose_train
 
 SWAPPED = [  # (caption, as it reads in the mirror)
     ("a man holds a cup in his left hand", "a man holds a cup in his right hand"),
@@ -31,6 +32,8 @@ SWAPPED = [  # (caption, as it reads in the mirror)
      "a small red circle in the top left and a blue one in the bottom right"),
     ("to the right in the picture", "to the left in the picture"),  # a side, whatever follows "the right"
     ("RIGHT side up", "LEFT side up"),
+    ("a dog looks left and right", "a dog looks right and left"),
+    ("a man training a dog to attack his padded left arm", "a man training a dog to attack his padded right arm"),
 ]  # fmt: skip
 ONE_WAY = [  # a side, whose mirror word reads as no side: "right at" is mostly "exactly at"
     ("a boy turns left at the corner", "a boy turns right at the corner"),
@@ -39,6 +42,11 @@ KEPT = [  # no side meant
     "a dog walks right behind its owner",
     "a girl stands right in front of a fountain",
     "a bag was left on the bench",
+    "a bag left on the bench",
+    "only three pieces left",
+    "The man left the room",
+    "two horses are right alongside each other",
+    'the words " Look Right " painted on a street',  # what a sign says
     "the people have left",
     "a puppy is left alone in the yard",
     "the water left behind by the tide",
@@ -114,7 +122,12 @@ def _mirrored_items(dm: CaptionDataModule, key: str) -> list[bool]:
 
 def test_flipped_pairs_carry_the_mirror_image_with_its_swapped_caption() -> None:
     torch.manual_seed(0)
-    drawn = _mirrored_items(_datamodule(train_flip=True), "images")
+    flipped = _datamodule(train_flip=True)
+    drawn = _mirrored_items(flipped, "images")
+    plain, mirror = flipped.split("train"), flipped.split(MIRRORED_TRAIN)
+    shared = [a is b for i in range(6) for a, b in zip(plain.tokens[i], mirror.tokens[i])]
+    same = [a == b for i in range(6) for a, b in zip(plain.source.captions(i), mirror.source.captions(i))]
+    assert shared == same and not all(same)  # a caption with no side word is one tensor for both views
     assert 0.4 < sum(drawn) / len(drawn) < 0.6  # 300 draws, half mirrored
     assert _mirrored_items(_datamodule(), "images") == [False] * len(drawn)  # off by default
     dm = _datamodule(train_flip=True)
@@ -138,6 +151,48 @@ def test_scst_items_carry_the_mirrors_swapped_references() -> None:
         assert item["references"] == list(source.captions(1))
         seen.add(mirrored)
     assert seen == {True, False}
+
+
+def test_the_scst_reward_scores_a_mirrored_item_against_its_own_swapped_references() -> None:
+    torch.manual_seed(0)
+    dm = _datamodule(train_flip=True, train_items="images")
+    reward = scst_reward(*(dm.source(view) for view in dm.views("train")))
+    dataset, n = dm.train_dataloader().dataset, len(dm.sources["train"])
+    i = next(
+        i
+        for i in range(n)
+        if MirroredSource(dm.sources["train"]).captions(i) != dm.sources["train"].captions(i)
+    )
+    rows = set()
+    for _ in range(12):
+        item = dataset[i]
+        rows.add(item["indices"])
+        own, other = (
+            item["references"][0],
+            swap_sides(item["references"][0]),
+        )  # its own words, and the mirror's
+        assert reward.scores([own], [item["indices"]])[0] > reward.scores([other], [item["indices"]])[0]
+    assert rows == {i, n + i}  # the image's row, and its mirror's after the split's N
+
+
+def test_an_scst_run_with_flips_rewards_both_views(tmp_path, monkeypatch) -> None:
+    rows: list[int] = []
+    made = []
+
+    def recording_reward(*sources):
+        made.append(len(sources))
+        reward = scst_reward(*sources)
+        scores = reward.scores
+        reward.scores = lambda captions, images: rows.extend(images) or scores(captions, images)
+        return reward
+
+    monkeypatch.setattr("captioning.training.scst.scst_reward", recording_reward)
+    xe = train(compose_train([*TINY, "trainer.max_steps=2"], tmp_path / "xe"))
+    overrides = [*TINY, "objective=scst", f"init_from={xe}", "trainer.max_steps=4", "model.num_samples=2",
+                 "++data.train_flip=true"]  # fmt: skip
+    train(compose_train(overrides, tmp_path / "scst"))
+    assert made == [2]  # the training split and its mirror
+    assert max(rows) >= 24 and min(rows) < 24  # TINY's 24 training scenes: both views were scored
 
 
 def test_flips_are_cached_beside_the_originals_and_crops_still_need_pixels(tmp_path) -> None:
