@@ -167,7 +167,11 @@ def scst_reward(*sources: CaptionSource) -> CiderD:
     image i mirrored, ``ImageDataset``'s ``indices``); a mirror only swaps side words, so the document
     frequencies are the split's own but for those."""
     return CiderD(
-        [[" ".join(tokenize(c)) for c in source.captions(i)] for source in sources for i in range(len(source))]
+        [
+            [" ".join(tokenize(c)) for c in source.captions(i)]
+            for source in sources
+            for i in range(len(source))
+        ]
     )
 
 
