@@ -24,6 +24,11 @@ from PIL import Image, ImageOps
 
 from captioning.data.sources import CaptionSource
 
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 # Side words and their mirror words (lower case; the match keeps the original's capitalisation).
 SIDE_WORDS = {
     "left": "right",
@@ -37,177 +42,31 @@ SIDE_WORDS = {
 }
 # "right" before these words is an intensifier ("right behind", "right in front of"), not a side; after a
 # word of _SIDE_BEFORE it is a side whatever follows ("to the right in the picture"), see _is_side.
-_RIGHT_INTENSIFIED = frozenset(
-    [
-        "above",
-        "across",
-        "after",
-        "against",
-        "ahead",
-        "alongside",
-        "along",
-        "around",
-        "at",
-        "away",
-        "before",
-        "behind",
-        "below",
-        "beneath",
-        "beside",
-        "between",
-        "by",
-        "down",
-        "here",
-        "in",
-        "inside",
-        "into",
-        "near",
-        "next",
-        "now",
-        "off",
-        "on",
-        "onto",
-        "out",
-        "outside",
-        "over",
-        "past",
-        "there",
-        "through",
-        "to",
-        "toward",
-        "towards",
-        "under",
-        "underneath",
-        "up",
-        "where",
-    ]
+_RIGHT_INTENSIFIED = _words(
+    "above across after against ahead alongside along around at away before behind below beneath "
+    "beside between by down here in inside into near next now off on onto out outside over past there "
+    "through to toward towards under underneath up where"
 )
 # After these a side word names a side whatever follows it ("the right", "his left", "to the left", "the
-# top left"); "" is the caption's start ("Left of the tree ...").
-_SIDE_BEFORE = frozenset(
-    [
-        "a",
-        "the",
-        "his",
-        "her",
-        "its",
-        "their",
-        "my",
-        "your",
-        "our",
-        "far",
-        "upper",
-        "lower",
-        "top",
-        "bottom",
-        "center",
-        "centre",
-        "middle",
-        "to",
-        "on",
-        "from",
-        "at",
-        "toward",
-        "towards",
-    ]
+# top left"); a caption's first word is read in _is_side ("Left of the tree ...").
+_SIDE_BEFORE = _words(
+    "a the his her its their my your our far upper lower top bottom center centre middle to on from "
+    "at toward towards"
 )
 # "left" is a side after these (turning, looking, leaning that way) ...
-_LEFT_MOTION = frozenset(
-    [
-        "turn",
-        "turns",
-        "turned",
-        "turning",
-        "look",
-        "looks",
-        "looked",
-        "looking",
-        "lean",
-        "leans",
-        "leaning",
-        "face",
-        "faces",
-        "facing",
-        "head",
-        "heads",
-        "heading",
-        "go",
-        "goes",
-        "going",
-        "move",
-        "moves",
-        "moving",
-        "veer",
-        "veers",
-        "veering",
-        "swerve",
-        "swerves",
-        "swerving",
-        "jump",
-        "jumps",
-        "jumping",
-        "point",
-        "points",
-        "pointing",
-        "glance",
-        "glances",
-        "glancing",
-        "steer",
-        "steers",
-        "steering",
-        "and",
-        "or",
-    ]
+_LEFT_MOTION = _words(
+    "turn turns turned turning look looks looked looking lean leans leaning face faces facing head "
+    "heads heading go goes going move moves moving veer veers veering swerve swerves swerving jump "
+    "jumps jumping point points pointing glance glances glancing steer steers steering and or"
 )
 # ... or before these ("his padded left arm", "a left turn"); anywhere else it is the verb "to leave"
 # ("a bag left on the bench", "the water left behind", "only three pieces left").
-_SIDE_NOUNS = frozenset(
-    [
-        "hand",
-        "hands",
-        "arm",
-        "arms",
-        "leg",
-        "legs",
-        "foot",
-        "feet",
-        "side",
-        "sides",
-        "eye",
-        "eyes",
-        "ear",
-        "ears",
-        "shoulder",
-        "shoulders",
-        "knee",
-        "knees",
-        "wrist",
-        "wrists",
-        "elbow",
-        "elbows",
-        "ankle",
-        "ankles",
-        "cheek",
-        "fist",
-        "glove",
-        "shoe",
-        "boot",
-        "sleeve",
-        "pocket",
-        "lane",
-        "lanes",
-        "turn",
-        "turns",
-        "corner",
-        "field",
-        "wing",
-        "edge",
-        "half",
-        "one",
-        "ones",
-    ]
+_SIDE_NOUNS = _words(
+    "hand hands arm arms leg legs foot feet side sides eye eyes ear ears shoulder shoulders knee "
+    "knees wrist wrists elbow elbows ankle ankles cheek fist glove shoe boot sleeve pocket lane lanes "
+    "turn turns corner field wing edge half one ones"
 )
-_LEFT_VERB_BEFORE = frozenset(["alone", "behind", "by", "over", "unattended"])
+_LEFT_VERB_BEFORE = _words("alone behind by over unattended")
 
 _WORD = re.compile(r"[A-Za-z]+")
 _QUOTED = re.compile(r'"[^"]*"')  # what a sign says: a mirror does not change its words

@@ -99,8 +99,7 @@ class SelfCriticalLitModule(CaptionLitModule):
             )
         # the references of every view the items come from, in the datasets' order (batch["indices"]): the
         # training split, and its mirror with the side words swapped when data.train_flip is on
-        views = datamodule.views("train") if hasattr(datamodule, "views") else ("train",)
-        self.reward = scst_reward(*(datamodule.source(v) for v in views))
+        self.reward = scst_reward(*(datamodule.source(v) for v in datamodule.views("train")))
 
     # -- the self-critical step -----------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
