@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from PIL import ImageOps
-from test_features import TINY_CACHED, count_images, frozen_cnn
+from test_features import TINY_CACHED, count_images, frozen_cnn, live_features
 
 from captioning.compose import compose_config
 from captioning.data.datamodule import MIRRORED_TRAIN, CaptionDataModule
@@ -203,13 +203,9 @@ def test_flips_are_cached_beside_the_originals_and_crops_still_need_pixels(tmp_p
     calls = count_images(cache.encoder)
     features = cache.features(dm.source(MIRRORED_TRAIN), 32, mirror_keys)
     assert sum(calls) == 6
-    live = torch.stack([image_to_tensor(dm.source(MIRRORED_TRAIN).image(i), 32) for i in range(6)])
-    mean, std = (
-        torch.tensor(cache.encoder.mean).view(1, 3, 1, 1),
-        torch.tensor(cache.encoder.std).view(1, 3, 1, 1),
-    )
-    with torch.no_grad():
-        expected = cache.encoder((live - mean) / std)  # (6, L, D): the encoder on the mirrored pixels
+    expected = live_features(
+        cache.encoder, dm.source(MIRRORED_TRAIN), 32
+    )  # the encoder on the mirrored pixels
     torch.testing.assert_close(torch.stack([features(i) for i in range(6)]), expected, rtol=2e-3, atol=2e-3)
     torch.manual_seed(0)
     drawn = _mirrored_items(dm, "image_keys")
