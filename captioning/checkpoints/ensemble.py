@@ -1,14 +1,17 @@
-"""Several checkpoints decoded as one captioner: their decoders averaged over one shared encoder.
+"""Several checkpoints decoded as one captioner: their decoders' mean next-word distribution.
 
 ``load_ensemble([A, B, ...])`` loads each file with ``load_checkpoint`` (every check of a single load
-applies) and joins their decoders in an ``EnsembleDecoder`` behind the first file's encoder. That is
-only the same model for every member when they read the same grid, so the files must agree on:
+applies) and joins their decoders in an ``EnsembleDecoder``. The files must agree on:
 
 * the vocabulary (word ids index one distribution);
-* the encoder and input size: the same ``encoder_identity`` as the feature cache keys on (class, layers,
-  grid, D, weights by SHA-256, input size, normalisation), i.e. one frozen pretrained encoder, as the
-  ``flickr8k_*`` experiments share; models that trained their own encoder (the synthetic scenes'
-  SmallCNN) read different grids and cannot be ensembled here.
+* the input size and the grid's size (L cells: the members' attention maps are averaged cell by cell).
+
+Members that share one frozen pretrained encoder (the same ``encoder_identity`` as the feature cache keys
+on: class, layers, grid, D, weights by SHA-256, input size, normalisation), as the frozen ``flickr8k_*``
+experiments do, run it once. Members that trained their own encoder (its last stages fine-tuned,
+``flickr8k_finetune``) or read another one (Lite2's grid beside Lite1's) each keep theirs: the distinct
+encoders run side by side as one ``EnsembleEncoder`` whose grid is theirs concatenated, and each member
+decoder reads its own encoder's slice (``FeatureSlice``), exactly what it reads alone.
 
 A mismatch is one ``CheckpointError`` line naming both files and what differs. The ensemble decodes
 with the first file's stored decoding defaults (options given at decode time override them).
@@ -16,13 +19,15 @@ with the first file's stored decoding defaults (options given at decode time ove
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from captioning.checkpoints.load import CheckpointError, LoadedCheckpoint, load_checkpoint
 from captioning.hashing import encoder_identity
 from captioning.models.caption_model import CaptionModel
-from captioning.models.decoders.ensemble import EnsembleDecoder
+from captioning.models.decoders.ensemble import EnsembleDecoder, FeatureSlice
+from captioning.models.encoders.ensemble import EnsembleEncoder
 
 
 def members_label(paths: Sequence[str | Path]) -> str:
@@ -42,7 +47,6 @@ def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> Loa
         raise ValueError(f"an ensemble needs at least 2 checkpoints, got {len(paths)}")
     members = [load_checkpoint(p, map_location) for p in paths]
     first = members[0]
-    grid = encoder_identity(first.net.encoder, first.image_size)  # what the shared encoder must give
     for other in members[1:]:
         pair = f"{first.path} and {other.path}"
         if other.vocab != first.vocab:
@@ -50,28 +54,32 @@ def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> Loa
                 f"ensemble: {pair} have different vocabularies ({len(first.vocab)} and {len(other.vocab)} "
                 "words); members must be trained on the same vocabulary"
             )
-        theirs = encoder_identity(other.net.encoder, other.image_size)
-        differ = [k for k in grid if grid[k] != theirs[k]]
-        if differ == ["weights_sha256"]:
-            raise CheckpointError(
-                f"ensemble: {pair} have different encoder weights (SHA-256 {grid['weights_sha256'][:12]} and "
-                f"{theirs['weights_sha256'][:12]}); members must share one frozen encoder"
-            )
-        if differ == ["image_size"]:
+        if other.image_size != first.image_size:
             raise CheckpointError(
                 f"ensemble: {pair} were trained at {first.image_size} and {other.image_size} px; "
                 "members must share the input size"
             )
-        if differ:
-            shown = ", ".join(
-                k if k in ("structure", "weights_sha256") else f"{k} {grid[k]} and {theirs[k]}"
-                for k in differ
-            )
+        if other.net.grid_size != first.net.grid_size:
             raise CheckpointError(
-                f"ensemble: {pair} have different encoders ({shown}); members must read the same grid"
+                f"ensemble: {pair} read {first.net.grid_size}x{first.net.grid_size} and "
+                f"{other.net.grid_size}x{other.net.grid_size} grids; members must read grids of the same size "
+                "(their attention maps are averaged cell by cell)"
             )
-    decoder = EnsembleDecoder([m.net.decoder for m in members])
-    net = CaptionModel(first.net.encoder, decoder).eval()
+    # Members whose encoders give the same grid share one; the others each keep their own (module docstring).
+    identities = [json.dumps(encoder_identity(m.net.encoder, m.image_size), sort_keys=True) for m in members]
+    distinct = list(dict.fromkeys(identities))  # in the members' order
+    decoders = [m.net.decoder for m in members]
+    if len(distinct) == 1:
+        encoder = first.net.encoder
+    else:
+        encoders = [members[identities.index(key)].net.encoder for key in distinct]
+        encoder = EnsembleEncoder(encoders)
+        where = encoder.slices()
+        decoders = [
+            FeatureSlice(d, *where[distinct.index(key)], encoder.out_dim)
+            for d, key in zip(decoders, identities)
+        ]
+    net = CaptionModel(encoder, EnsembleDecoder(decoders)).eval()
     return LoadedCheckpoint(
         net=net,
         vocab=first.vocab,

@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         parser,
         "a .ckpt of captioning-train or a .safetensors export; given more than once (--checkpoint A "
         "--checkpoint B), their ensemble: the mean of their next-word distributions (they must share the "
-        "vocabulary and a frozen encoder)",
+        "vocabulary, the input size and the grid size; each member keeps its own encoder)",
     )
     parser.add_argument(
         "--out-dir",

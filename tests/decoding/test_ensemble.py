@@ -1,5 +1,6 @@
-"""Ensembles: the decoders' mean next-word distribution, searched like one decoder; loading refuses
-members that do not read the same grid with the same words."""
+"""Ensembles: the decoders' mean next-word distribution, searched like one decoder; members with their own
+encoders each read their own grid; loading refuses members without the same words, input size and grid
+size."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from captioning.checkpoints.load import CheckpointError, load_checkpoint
 from captioning.cli.main import main
 from captioning.data.features import state_dict_hash
 from captioning.decoding import generate
-from captioning.models.decoders.ensemble import EnsembleDecoder
+from captioning.models.decoders.ensemble import EnsembleDecoder, FeatureSlice
+from captioning.models.encoders.ensemble import EnsembleEncoder
 
 from support import DECODERS
 from support.corpus import build_module, checkpoint_dict
@@ -139,20 +141,68 @@ def test_load_ensemble_joins_the_decoders_behind_one_encoder(pair):
     assert torch.equal(out.tokens, ref.tokens)
 
 
+def _retrained_encoder(path, shift=0.5):
+    """A checkpoint whose encoder trained on (other weights, another grid) and whose decoder differs too."""
+    module = build_module(["a", "red", "circle", "square", "left", "of"])
+    with torch.no_grad():
+        for p in module.net.encoder.parameters():
+            p.add_(shift * torch.randn_like(p))
+        for p in module.net.decoder.parameters():
+            p.normal_(0.0, 0.1)
+    torch.save(checkpoint_dict(module), path)
+    return path
+
+
+def test_members_with_their_own_encoders_each_read_their_own_grid(pair, tmp_path):
+    a, _ = pair
+    c = _retrained_encoder(tmp_path / "encoder.ckpt")
+    loaded = load_ensemble([a, c, a])  # a twice: its one encoder runs once
+    first, other = load_checkpoint(a), load_checkpoint(c)
+    encoder = loaded.net.encoder
+    assert isinstance(encoder, EnsembleEncoder) and len(encoder.encoders) == 2
+    d = first.net.encoder.out_dim
+    assert encoder.out_dim == 2 * d and encoder.slices() == [(0, d), (d, 2 * d)]
+    images = torch.rand(2, 3, loaded.image_size, loaded.image_size)
+    own = [first.net.encode(images), other.net.encode(images)]  # (B, L, D) each
+    grid = loaded.net.encode(images)  # (B, L, 2D)
+    torch.testing.assert_close(grid, torch.cat(own, -1))
+    # Teacher-forced: the mean of the members' distributions, each over its own encoder's grid.
+    tokens = torch.randint(4, len(loaded.vocab), (2, 6))
+    probs = [m.net(images, tokens).logits.softmax(-1) for m in (first, other, first)]  # (B, T, V) each
+    full = loaded.net(images, tokens)
+    torch.testing.assert_close(full.logits.exp(), torch.stack(probs).mean(0), atol=1e-5, rtol=1e-4)
+    # Each member decoded alone over the shared grid (consensus reranking's candidates) is that member.
+    members = loaded.net.decoder.members
+    assert all(isinstance(m, FeatureSlice) for m in members)
+    for member, alone, own_grid in zip(members, (first, other), own):
+        ours = generate(member, grid, num_beams=2, max_new_tokens=5)
+        ref = generate(alone.net.decoder, own_grid, num_beams=2, max_new_tokens=5)
+        assert torch.equal(ours.tokens, ref.tokens)
+        torch.testing.assert_close(ours.log_prob, ref.log_prob)
+    same = load_ensemble([a, a])  # one encoder for all: no concatenation
+    assert not isinstance(same.net.encoder, EnsembleEncoder)
+
+
+def test_a_feature_slice_must_fit_its_decoder():
+    (decoder,), _ = _members(["soft"])
+    d = decoder.feature_dim
+    with pytest.raises(ValueError, match=rf"FeatureSlice \[1, {d + 1}\) of a {d}-dim grid"):
+        FeatureSlice(decoder, 1, d + 1, d)
+    with pytest.raises(ValueError, match="reads"):
+        FeatureSlice(decoder, 0, d - 1, 2 * d)
+
+
 def test_load_ensemble_refuses_members_that_do_not_fit_naming_both(pair, tmp_path):
     a, _ = pair
     words = _write(tmp_path / "words.ckpt", words=("a", "blue", "circle", "square", "left", "of"))
     with pytest.raises(CheckpointError, match=r"ensemble: .*a\.ckpt and .*words\.ckpt have different vocab"):
         load_ensemble([a, words])
-    module = build_module(["a", "red", "circle", "square", "left", "of"])
-    with torch.no_grad():
-        next(module.net.encoder.parameters()).add_(0.5)  # a retrained encoder: another grid
-    torch.save(checkpoint_dict(module), tmp_path / "encoder.ckpt")
-    with pytest.raises(CheckpointError, match=r"a\.ckpt and .*encoder\.ckpt have different encoder weights"):
-        load_ensemble([a, tmp_path / "encoder.ckpt"])
     grid = _write(tmp_path / "grid.ckpt", extra=["model.encoder.grid_size=2"])
-    with pytest.raises(CheckpointError, match=r"a\.ckpt and .*grid\.ckpt have different encoders"):
+    with pytest.raises(CheckpointError, match=r"a\.ckpt and .*grid\.ckpt read \dx\d and 2x2 grids"):
         load_ensemble([a, grid])
+    size = _write(tmp_path / "size.ckpt", extra=["data.image_size=64"])
+    with pytest.raises(CheckpointError, match=r"a\.ckpt and .*size\.ckpt were trained at \d+ and 64 px"):
+        load_ensemble([a, size])
 
 
 def test_evaluate_cli_scores_an_ensemble(pair, tmp_path, capsys):
@@ -166,6 +216,11 @@ def test_evaluate_cli_scores_an_ensemble(pair, tmp_path, capsys):
     assert scores["num_images"] == 4 and 0.0 <= scores["scores"]["Bleu_4"] <= 1.0
     assert main(["evaluate", "--checkpoint", str(a), "--checkpoint", str(tmp_path / "missing.ckpt")]) == 2
     assert "missing.ckpt" in capsys.readouterr().err
+    c = _retrained_encoder(tmp_path / "encoder.ckpt")  # its own encoder: the grids side by side
+    mixed = tmp_path / "mixed"
+    args = ["evaluate", "--checkpoint", str(a), "--checkpoint", str(c), "--out-dir", str(mixed)]
+    assert main([*args, "data.test.num_images=4", "tokenizer=simple"]) == 0
+    assert json.loads((mixed / "scores.json").read_text())["num_images"] == 4
 
 
 def test_the_python_api_and_the_caption_command_read_an_ensemble(pair, tmp_path, capsys):

@@ -11,7 +11,9 @@ them gives p back and every search and logits processor works unchanged). The at
 step is the members' mean, so overlays and grounding see where the ensemble as a whole looked.
 
 The members must share the vocabulary and read the same grid (B, L, D): one encoder feeds them all (see
-``captioning.checkpoints.ensemble``, which checks both when it assembles checkpoints). Their states live
+``captioning.checkpoints.ensemble``, which checks both when it assembles checkpoints). Members that trained
+their own encoders read one concatenated grid, each its own slice (``FeatureSlice``, and
+``captioning.models.encoders.ensemble.EnsembleEncoder``). Their states live
 side by side in one dict under the prefix ``"{m}."``; beam search's ``expand_state`` and
 ``reorder_state`` hand each member its own part, so each keeps its image-only (static) tensors at B rows
 as when it decodes alone.
@@ -91,3 +93,40 @@ class EnsembleDecoder(Decoder):
             attention=torch.stack([o.attention.float() for o in outs]).mean(0),  # (B, T, L)
             alphas=torch.stack([o.alphas.float() for o in outs]).mean(0),  # (B, T, L)
         )
+
+
+class FeatureSlice(Decoder):
+    """A trained decoder reading its own encoder's part ``[start, stop)`` of a wider grid's feature axis:
+    a member of an ensemble whose encoders differ (``EnsembleEncoder`` concatenates their grids). It
+    decodes exactly as the decoder would over that encoder's grid alone, so an ensemble's members can
+    still be decoded one by one over the shared grid (consensus reranking's candidates)."""
+
+    def __init__(self, decoder: Decoder, start: int, stop: int, feature_dim: int):
+        super().__init__()
+        if not 0 <= start < stop <= feature_dim or stop - start != decoder.feature_dim:
+            raise ValueError(
+                f"FeatureSlice [{start}, {stop}) of a {feature_dim}-dim grid does not fit a decoder that "
+                f"reads {decoder.feature_dim}-dim features"
+            )
+        self.decoder, self.start, self.stop = decoder, start, stop
+        self.vocab_size, self.feature_dim = decoder.vocab_size, feature_dim
+        self.static_keys = decoder.static_keys
+        self.attention_map_label = decoder.attention_map_label
+
+    def _own(self, features: Tensor) -> Tensor:
+        return features[..., self.start : self.stop]  # (B, L, D) -> (B, L, stop - start)
+
+    def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
+        return self.decoder.init_state(self._own(features), mask)
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, Tensor, State]:
+        return self.decoder.step(tokens, state)
+
+    def expand_state(self, state: State, k: int) -> State:
+        return self.decoder.expand_state(state, k)
+
+    def reorder_state(self, state: State, index: Tensor) -> State:
+        return self.decoder.reorder_state(state, index)
+
+    def forward(self, features: Tensor, tokens: Tensor, mask: Tensor | None = None) -> DecoderOutput:
+        return self.decoder(self._own(features), tokens, mask)
