@@ -21,6 +21,7 @@ Assembled at load time for inference: it is never trained, saved or built from a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 import torch
 from torch import Tensor, nn
@@ -49,7 +50,7 @@ class EnsembleEncoder(nn.Module):
 
     def slices(self) -> list[tuple[int, int]]:
         """``(start, stop)`` of each encoder's grid on the feature axis of ``encode``'s output."""
-        stops = torch.tensor(self.widths).cumsum(0).tolist()
+        stops = list(accumulate(self.widths))
         return [(stop - width, stop) for width, stop in zip(self.widths, stops)]
 
     def encode(self, images: Tensor) -> Tensor:
