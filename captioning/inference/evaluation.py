@@ -132,7 +132,8 @@ def evaluate_checkpoint(
 ) -> Evaluation:
     """Decode ``source`` with the checkpoint and score it. ``decoding`` options (HF ``generate`` names)
     override the checkpoint's; ``None`` values keep them. Several checkpoints are decoded as their
-    ensemble (``captioning.checkpoints.ensemble``: each member over its own encoder's grid, the decoders' mean distribution).
+    ensemble (``captioning.checkpoints.ensemble``: each member over its own encoder's grid, the decoders'
+    mean distribution).
 
     With ``cache_dir`` and a frozen encoder, grid features are read from (or added to) the feature cache
     there, the same one training used; otherwise images go through the encoder.

@@ -192,6 +192,14 @@ def test_a_feature_slice_must_fit_its_decoder():
         FeatureSlice(decoder, 0, d - 1, 2 * d)
 
 
+def test_an_ensemble_encoder_joins_two_or_more_grids_of_one_size():
+    small, wide = build_net("soft").encoder, build_net("soft", extra=["model.encoder.grid_size=2"]).encoder
+    with pytest.raises(ValueError, match="at least 2 encoders, got 1"):
+        EnsembleEncoder([small])
+    with pytest.raises(ValueError, match=rf"same grid; got grid_size {small.grid_size}, 2"):
+        EnsembleEncoder([small, wide])
+
+
 def test_load_ensemble_refuses_members_that_do_not_fit_naming_both(pair, tmp_path):
     a, _ = pair
     words = _write(tmp_path / "words.ckpt", words=("a", "blue", "circle", "square", "left", "of"))
