@@ -79,7 +79,9 @@ def load_ensemble(paths: Sequence[str | Path], map_location: str = "cpu") -> Loa
             FeatureSlice(d, *where[distinct.index(key)], encoder.out_dim)
             for d, key in zip(decoders, identities)
         ]
-    net = CaptionModel(encoder, EnsembleDecoder(decoders)).eval()
+    # An ensemble only decodes: nothing of it trains, so a fine-tuned member's stages are as frozen as the
+    # rest, and a feature cache can hold the whole (concatenated) grid instead of encoding every photo again.
+    net = CaptionModel(encoder, EnsembleDecoder(decoders)).eval().requires_grad_(False)
     return LoadedCheckpoint(
         net=net,
         vocab=first.vocab,

@@ -1,9 +1,11 @@
-"""``captioning bank --checkpoint CKPT --out BANK.safetensors [data=flickr8k] [split=train]``
+"""``captioning bank --checkpoint CKPT [--checkpoint CKPT ...] --out BANK.safetensors [data=flickr8k] [split=train]``
 
 Builds the caption bank consensus reranking reads (``captioning.inference.caption_bank``): every image of a
 split (default: train) through the checkpoint's encoder (the feature cache's grids for a frozen one),
 pooled, beside its reference captions. ``captioning caption IMG --checkpoint CKPT --rerank BANK`` then
-reranks without the data set. Overrides compose captioning/conf/eval.yaml, as ``captioning evaluate``.
+reranks without the data set. Several ``--checkpoint``: the bank of their ensemble, through its encoders
+(one shared frozen encoder, or each member's own side by side), for ``caption`` with the same
+``--checkpoint`` list. Overrides compose captioning/conf/eval.yaml, as ``captioning evaluate``.
 An unreadable image is left out and named on stderr (one line each, then how many); the exit status is
 then 1, as evaluate's.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from captioning.cli.arguments import checkpoint_arg, path_arg
+from captioning.cli.arguments import add_checkpoints, path_arg
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -25,8 +27,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(command="bank")  # typed as its alias, it still runs (and names itself) as bank
-    parser.add_argument(
-        "--checkpoint", required=True, type=checkpoint_arg, help="the .ckpt or .safetensors to rerank for"
+    add_checkpoints(
+        parser,
+        "the .ckpt or .safetensors to rerank for; given more than once, their ensemble (the same list as "
+        "captioning caption's)",
     )
     parser.add_argument(
         "--out",
@@ -42,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from captioning.checkpoints.load import load_checkpoint
+    from captioning.checkpoints.ensemble import load_checkpoints
     from captioning.compose import compose_config
     from captioning.errors import one_line, user_errors
     from captioning.inference.evaluation import build_source
@@ -55,13 +59,13 @@ def run(args: argparse.Namespace) -> int:
             args.out,
             "the caption bank",
             flag="--out",
-            inputs={args.checkpoint: "the checkpoint the bank is built with (--checkpoint)"},
+            inputs={c: "a checkpoint the bank is built with (--checkpoint)" for c in args.checkpoint},
             kind=BANK,
         )
         cfg, _ = compose_config("eval", ["split=train", *args.overrides])
         check_eval_config(cfg)
         source = build_source(cfg.data, cfg.split)
-        loaded = load_checkpoint(args.checkpoint)
+        loaded = load_checkpoints(args.checkpoint)
         cache = frozen_feature_cache(loaded, cfg.paths.cache if cfg.feature_cache else None)
         skipped: list[str] = []  # unreadable images, left out of the bank: one line each below
         bank = build_caption_bank(loaded, source, cache, skipped=skipped)

@@ -77,7 +77,8 @@ def add_parser(subparsers) -> None:
     add_checkpoints(
         p,
         "a .ckpt or an exported .safetensors; given more than once, their ensemble (the mean of their "
-        "next-word distributions; they must share the vocabulary and a frozen encoder)",
+        "next-word distributions; they must share the vocabulary, the input size and the grid size; each "
+        "member keeps its own encoder)",
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--batch-size", type=int, default=16, help="images decoded at once (default: 16)")
@@ -167,6 +168,7 @@ def overlay_paths(out: Path, names: list[str], folder: bool = False) -> list[Pat
 
 
 def run(args: argparse.Namespace) -> int:
+    from captioning.checkpoints.ensemble import members_label
     from captioning.checkpoints.load import CheckpointError
     from captioning.decoding.config import check_option
     from captioning.inference.captioner import Captioner
@@ -193,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         reranker = None
         if args.rerank is not None:  # a bad or mismatched bank file: one line, before any image is read
             bank = CaptionBank.load(args.rerank)
-            bank.check_encoder(model.encoder_identity, str(args.checkpoint[0]))
+            bank.check_encoder(model.encoder_identity, members_label(args.checkpoint))
             reranker = ConsensusReranker(config, bank)
     except (CheckpointError, ValueError) as e:
         err(e)

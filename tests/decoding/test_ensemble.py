@@ -231,6 +231,23 @@ def test_evaluate_cli_scores_an_ensemble(pair, tmp_path, capsys):
     assert json.loads((mixed / "scores.json").read_text())["num_images"] == 4
 
 
+def test_a_mixed_ensemble_has_its_own_caption_bank_for_reranking(pair, tmp_path, capsys):
+    from PIL import Image
+
+    a, _ = pair
+    c = _retrained_encoder(tmp_path / "encoder.ckpt")  # its own encoder: the grids side by side
+    Image.new("RGB", (40, 40), (200, 30, 30)).save(tmp_path / "red.png")
+    bank = tmp_path / "bank.safetensors"
+    both = ["--checkpoint", str(a), "--checkpoint", str(c)]
+    assert main(["bank", *both, "--out", str(bank), "data.train.num_images=6"]) == 0
+    assert "-d pooled grids" in capsys.readouterr().out
+    caption = ["caption", str(tmp_path / "red.png"), "--rerank", str(bank), "--json"]
+    assert main([*caption, *both]) == 0
+    assert json.loads(capsys.readouterr().out)["caption"]
+    assert main([*caption, "--checkpoint", str(a)]) == 2  # one member's encoder is not the ensemble's
+    assert "caption bank: built with another encoder" in capsys.readouterr().err
+
+
 def test_the_python_api_and_the_caption_command_read_an_ensemble(pair, tmp_path, capsys):
     from PIL import Image
 

@@ -16,6 +16,10 @@ Each member normalises its own input with its own ``mean``/``std`` (``ImageEncod
 encoder's ``mean``/``std`` are the first member's, kept only because an encoder's identity names them
 (``captioning.hashing.encoder_identity``; its ``structure`` and ``weights_sha256`` cover every member).
 Assembled at load time for inference: it is never trained, saved or built from a config.
+
+A caption bank (consensus reranking's nearest training photos) pools this grid as one vector, so its
+cosine similarity weighs each encoder's part by that part's share of the vector's norm: members of one
+family (Lite1 frozen and fine-tuned: head features of like scale) count about equally.
 """
 
 from __future__ import annotations
