@@ -143,7 +143,7 @@ def test_bank_never_replaces_its_checkpoint_another_model_or_a_device(
     blocked = tmp_path / "file"
     blocked.write_text("")
     cases = [
-        (good_checkpoint, "the checkpoint the bank is built with"),
+        (good_checkpoint, "is a checkpoint the bank is built with"),
         (other, "is not a caption bank but a training checkpoint"),
         (fifo, "is not a regular file"),
         (link, "is not a regular file"),
