@@ -48,10 +48,6 @@ class EnsembleEncoder(nn.Module):
         self.out_dim = sum(self.widths)
         self.mean, self.std = encoders[0].mean, encoders[0].std  # see the module docstring
 
-    @property
-    def trainable(self) -> bool:
-        return any(p.requires_grad for p in self.parameters())
-
     def slices(self) -> list[tuple[int, int]]:
         """``(start, stop)`` of each encoder's grid on the feature axis of ``encode``'s output."""
         stops = list(accumulate(self.widths))
