@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm import tqdm  # the text bar: tqdm.auto warns at import in a kernel without ipywidgets
 
+from captioning import progress
 from captioning.data.files import write_text_atomically
 from captioning.data.images import image_to_tensor
 from captioning.data.mirror import MirroredSource
@@ -256,12 +256,9 @@ class FeatureCache:
         image_size: int,
     ) -> None:
         store = None
-        bar = tqdm(
-            total=len(indices),
-            desc=f"caching features in {directory.name}",
-            unit="img",
-            disable=not self.progress,
-        )
+        # The CLIs' one progress report (a bar on a terminal, lines in a log, nothing with --quiet);
+        # progress=False (tests, callers that report themselves) asks for nothing.
+        bar = progress.bar(len(indices) if self.progress else 0, f"caching features in {directory.name}")
         for start in range(0, len(indices), self.batch_size):
             batch_idx = indices[start : start + self.batch_size]
             images = [image_to_tensor(source.image(i), image_size) for i in batch_idx]

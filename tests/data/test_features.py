@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from captioning import progress
 from captioning.checkpoints.load import load_checkpoint
 from captioning.compose import compose_config
 from captioning.data.features import FeatureCache
@@ -65,6 +66,28 @@ def test_cached_features_equal_the_live_encoder_through_captioner(tmp_path):
         net.encode_features(torch.zeros(2, 4, 16))
     with pytest.raises(ValueError, match=r"takes \(B, 3, H, W\) images"):
         net.encode(cached)  # never told apart by shape: features go to encode_features
+
+
+def test_caching_reports_through_the_one_progress_path_and_is_silent_with_quiet(
+    tmp_path, monkeypatch, capsys
+):
+    """A log (not a terminal) gets whole lines, no carriage-return bar; --quiet silences caching too."""
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    monkeypatch.setenv(progress.INTERVAL_ENV, "0")
+    source = SyntheticSource(8, seed=3, split="val")
+    try:
+        progress.set_quiet()
+        FeatureCache(frozen_cnn(), tmp_path / "quiet", batch_size=4).features(source, 64)
+        assert capsys.readouterr().err == ""
+        progress.set_quiet(False)
+        FeatureCache(frozen_cnn(), tmp_path / "loud", batch_size=4).features(source, 64)
+    finally:
+        progress.set_quiet(False)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = [line for line in err.splitlines() if line.startswith("caching features in")]
+    assert [line.split(": ")[1].split(" img")[0] for line in lines] == ["4/8", "8/8"]
+    assert lines[-1].endswith(tuple("0123456789")) and "done in" in lines[-1]
 
 
 def test_second_run_reuses_and_a_superset_only_encodes_new_images(tmp_path):
