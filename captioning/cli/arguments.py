@@ -26,6 +26,13 @@ def checkpoint_arg(text: str) -> Path:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+ENSEMBLE_HELP = (
+    "given more than once (--checkpoint A --checkpoint B), their ensemble: the mean of their next-word "
+    "distributions (they must share the vocabulary, the input size and the grid size; each member keeps its "
+    "own encoder)"
+)
+
+
 def add_checkpoints(parser: argparse.ArgumentParser, help: str) -> None:
     """The ``--checkpoint`` of the commands that read models: required, repeatable (``args.checkpoint`` is a
     list: an ensemble, or refused by the command that serves one model), each a file or a zoo name."""

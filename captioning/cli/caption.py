@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from captioning import progress
-from captioning.cli.arguments import add_checkpoints, path_arg
+from captioning.cli.arguments import ENSEMBLE_HELP, add_checkpoints, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, decoding_options
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
@@ -76,9 +76,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("images", nargs="+", help="image files, folders (their images) or quoted globs")
     add_checkpoints(
         p,
-        "a .ckpt or an exported .safetensors; given more than once, their ensemble (the mean of their "
-        "next-word distributions; they must share the vocabulary, the input size and the grid size; each "
-        "member keeps its own encoder)",
+        f"a .ckpt or an exported .safetensors; {ENSEMBLE_HELP}",
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--batch-size", type=int, default=16, help="images decoded at once (default: 16)")

@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from captioning.cli.arguments import add_checkpoints, path_arg
+from captioning.cli.arguments import ENSEMBLE_HELP, add_checkpoints, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
 
 
@@ -31,9 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     add_checkpoints(
         parser,
-        "a .ckpt of captioning-train or a .safetensors export; given more than once (--checkpoint A "
-        "--checkpoint B), their ensemble: the mean of their next-word distributions (they must share the "
-        "vocabulary, the input size and the grid size; each member keeps its own encoder)",
+        f"a .ckpt of captioning-train or a .safetensors export; {ENSEMBLE_HELP}",
     )
     parser.add_argument(
         "--out-dir",
