@@ -9,6 +9,10 @@ of self-critical sequence training"). The loss, minimised, per sampled token:
 
     L = − Σ_k (r^k − b^k) Σ_t log p(w^k_t | w^k_<t, I)  /  (number of sampled tokens)
 
+With ``bleu_reward_weight=w`` > 0 the reward is r^k = CIDEr-D + w · BLEU-4, the per-caption BLEU-4 of the
+coco-caption toolkit (``captioning.metrics.bleu``), as ruotianluo/self-critical.pytorch mixes them: CIDEr-D
+alone lifts BLEU-4 less than CIDEr-D, and BLEU-4 is the score most papers report first.
+
 ``<end>`` is one of the sampled tokens: its log-probability gets the caption's advantage like every word,
 so the model learns when to stop; the reward scores the words only (``<end>`` removed, as the metric
 would see the caption). Sampling and the teacher-forced pass run in eval mode (no dropout), so the
@@ -39,8 +43,10 @@ and ``init_from`` is not loaded again.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -49,6 +55,7 @@ from captioning.data.tokenize import tokenize
 from captioning.data.vocab import Vocab
 from captioning.decoding import generate
 from captioning.decoding.config import OPTION_CHECKS
+from captioning.metrics.bleu import SentenceBleu
 from captioning.metrics.cider import CiderD
 from captioning.models.attention.base import per_token_mean
 from captioning.models.attention.estimators import (
@@ -65,6 +72,7 @@ class SelfCriticalLitModule(CaptionLitModule):
         sample_temperature: float = 1.0,
         sample_max_new_tokens: int = 16,
         location_policy: bool | None = None,
+        bleu_reward_weight: float = 0.0,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -76,7 +84,9 @@ class SelfCriticalLitModule(CaptionLitModule):
             ok, expected = OPTION_CHECKS[name]  # the bounds of the decoding option of the same name
             if not ok(value):  # else the first step fails inside sampling (0: a division, an empty caption)
                 raise ValueError(f"objective scst: sample_{name}={value!r}, expected {expected}")
-        self.num_samples = num_samples
+        if not bleu_reward_weight >= 0.0:  # also NaN
+            raise ValueError(f"objective scst: bleu_reward_weight={bleu_reward_weight!r}, expected >= 0")
+        self.num_samples, self.bleu_reward_weight = num_samples, float(bleu_reward_weight)
         self.sample_temperature, self.sample_max_new_tokens = sample_temperature, sample_max_new_tokens
         attention = getattr(self.net.decoder, "attention", None)
         can = attention is not None and attention.location_policy  # what the layer declares (AttentionLayer)
@@ -86,7 +96,7 @@ class SelfCriticalLitModule(CaptionLitModule):
                 f"(location_policy: ReinforceHardAttention), the decoder has {type(attention).__name__}"
             )
         self.location_policy = can if location_policy is None else location_policy
-        self.reward: CiderD | None = None
+        self.reward: CiderD | CiderBleuReward | None = None
 
     # -- set-up ---------------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -99,7 +109,12 @@ class SelfCriticalLitModule(CaptionLitModule):
             )
         # the references of every view the items come from, in the datasets' order (batch["indices"]): the
         # training split, and its mirror with the side words swapped when data.train_flip is on
-        self.reward = scst_reward(*(datamodule.source(v) for v in datamodule.views("train")))
+        sources = [datamodule.source(v) for v in datamodule.views("train")]
+        self.reward = scst_reward(*sources)
+        if self.bleu_reward_weight:
+            self.reward = CiderBleuReward(
+                self.reward, SentenceBleu(references(*sources)), self.bleu_reward_weight
+            )
 
     # -- the self-critical step -----------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
@@ -159,19 +174,31 @@ class SelfCriticalLitModule(CaptionLitModule):
 
 
 # -- the pieces scripts/scst_diagnostics.py measures the same way ------------------------------------------
+def references(*sources: CaptionSource) -> list[list[str]]:
+    """Image i's references, tokenised as the captions are; with several sources image i is their
+    concatenation's (the training split and its mirror: ``i + N`` is image i mirrored, ``ImageDataset``'s
+    ``indices``)."""
+    return [
+        [" ".join(tokenize(c)) for c in source.captions(i)] for source in sources for i in range(len(source))
+    ]
+
+
 def scst_reward(*sources: CaptionSource) -> CiderD:
-    """CIDEr-D of a caption against image i's references, document frequencies from all the ``sources``'
-    references (tokenised as the captions are): the reward, over the training split in training. With
-    several sources image i is their concatenation's (the training split and its mirror: ``i + N`` is
-    image i mirrored, ``ImageDataset``'s ``indices``); a mirror only swaps side words, so the document
-    frequencies are the split's own but for those."""
-    return CiderD(
-        [
-            [" ".join(tokenize(c)) for c in source.captions(i)]
-            for source in sources
-            for i in range(len(source))
-        ]
-    )
+    """CIDEr-D of a caption against image i's ``references``, document frequencies from all the
+    ``sources``' references: the reward, over the training split in training. A mirror only swaps side
+    words, so the document frequencies are the split's own but for those."""
+    return CiderD(references(*sources))
+
+
+class CiderBleuReward:
+    """r = CIDEr-D + ``bleu_weight`` · BLEU-4 per caption, both against the same references."""
+
+    def __init__(self, cider: CiderD, bleu: SentenceBleu, bleu_weight: float):
+        self.cider, self.bleu, self.bleu_weight = cider, bleu, bleu_weight
+
+    def scores(self, hypotheses: Sequence[str], images: Sequence[int]) -> np.ndarray:
+        """(N,) the mixed reward of ``hypotheses[j]`` against the references of ``images[j]``."""
+        return self.cider.scores(hypotheses, images) + self.bleu_weight * self.bleu.scores(hypotheses, images)
 
 
 def teacher_forced_inputs(tokens: Tensor) -> Tensor:

@@ -8,6 +8,7 @@ import random
 import re
 import signal
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -94,6 +95,39 @@ def test_scst_starts_from_the_cross_entropy_weights_and_trains_them(tmp_path):
     assert {"train/reward", "train/sample_length", "train/sample_truncated", "train/token_entropy"} <= set(
         header
     )
+
+
+def test_bleu_reward_weight_rewards_cider_d_plus_w_times_the_toolkits_sentence_bleu_4(tmp_path, monkeypatch):
+    from pycocoevalcap.bleu.bleu import Bleu
+
+    from captioning.training import scst
+
+    texts, calls = [], []
+    own_references, mixed = scst.references, scst.CiderBleuReward.scores
+    monkeypatch.setattr(
+        scst, "references", lambda *sources: texts.append(own_references(*sources)) or texts[-1]
+    )
+    monkeypatch.setattr(
+        scst.CiderBleuReward,
+        "scores",
+        lambda self, captions, images: (
+            calls.append((captions, images, mixed(self, captions, images))) or calls[-1][-1]
+        ),
+    )
+    xe = train(compose_train([*TINY, "trainer.max_steps=2"], tmp_path / "xe"))
+    overrides = [*TINY, "objective=scst", f"init_from={xe}", "trainer.max_steps=2", "model.num_samples=2",
+                 "model.bleu_reward_weight=0.5"]  # fmt: skip
+    train(compose_train(overrides, tmp_path / "scst"))
+    assert len(calls) == 2 and len(texts[-1]) == 24  # a reward call a step; TINY's 24 training scenes
+    refs = texts[-1]
+    for captions, images, got in calls:
+        ids = range(len(captions))
+        _, bleu = Bleu(4).compute_score(
+            {j: refs[images[j]] for j in ids}, {j: [captions[j]] for j in ids}, verbose=0
+        )
+        expected = CiderD(refs).scores(captions, images) + 0.5 * np.array(bleu[3])
+        assert got == pytest.approx(expected, abs=1e-9)  # CIDEr-D + 0.5 x the toolkit's per-caption BLEU-4
+    assert any((got - CiderD(refs).scores(c, i)).any() for c, i, got in calls)  # the BLEU term is not inert
 
 
 def test_init_from_another_vocabulary_is_refused_naming_both(tmp_path):
@@ -280,6 +314,7 @@ def test_an_scst_run_stopped_by_sigterm_resumes_with_the_command_its_message_adv
     [
         ("model.sample_temperature=0", r"sample_temperature=0, expected a number in \[1e-4, 100\]"),
         ("model.sample_max_new_tokens=0", r"sample_max_new_tokens=0, expected an integer in \[1, 1000\]"),
+        ("model.bleu_reward_weight=-1", r"bleu_reward_weight=-1, expected >= 0"),
     ],
 )
 def test_sampling_settings_that_fail_at_the_first_step_are_refused_at_start_up(tmp_path, override, fragment):
