@@ -12,29 +12,9 @@ from pycocoevalcap.bleu.bleu import Bleu
 from captioning.metrics.bleu import SentenceBleu
 
 from support import SHARED_DATA
+from support.helpers import random_caption
 
-WORDS = [
-    "a",
-    "dog",
-    "runs",
-    "on",
-    "the",
-    "grass",
-    "two",
-    "children",
-    "play",
-    "in",
-    "park",
-    "man",
-    "rides",
-    "red",
-    "bike",
-]
 DEMO = SHARED_DATA / "coco_caption_eval"
-
-
-def random_caption(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])

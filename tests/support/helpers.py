@@ -1,6 +1,8 @@
-"""Test helpers: build decoders and nets from the real composed configs."""
+"""Test helpers: build decoders and nets from the real composed configs; random captions for the metrics."""
 
 from __future__ import annotations
+
+import random
 
 import torch
 
@@ -46,3 +48,26 @@ def reinforce_layer(**kwargs) -> ReinforceHardAttention:
     captioning/conf/model/decoder/attention/hard_reinforce.yaml)."""
     kwargs = {"entropy_weight": 0.0, "semi_sampling_p": 0.0, **PLAIN_REINFORCE, **kwargs}
     return ReinforceHardAttention(feature_dim=5, query_dim=4, attention_dim=6, **kwargs).train()
+
+
+CAPTION_WORDS = [
+    "a",
+    "man",
+    "dog",
+    "red",
+    "ball",
+    "on",
+    "the",
+    "grass",
+    "runs",
+    "with",
+    "two",
+    "children",
+    "in",
+    "park",
+]
+
+
+def random_caption(rng: random.Random) -> str:
+    """1-12 words drawn from a small vocabulary, so n-grams repeat across captions (metric equality tests)."""
+    return " ".join(rng.choice(CAPTION_WORDS) for _ in range(rng.randint(1, 12)))

@@ -25,28 +25,9 @@ from captioning.training.train import StoppedBySignal, train
 from captioning.training.validate import check_config
 
 from support import SHARED_DATA, TINY, compose_train
+from support.helpers import random_caption
 
 DEMO = SHARED_DATA / "coco_caption_eval"
-WORDS = [
-    "a",
-    "man",
-    "dog",
-    "red",
-    "ball",
-    "on",
-    "the",
-    "grass",
-    "runs",
-    "with",
-    "two",
-    "children",
-    "in",
-    "park",
-]
-
-
-def random_caption(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
 
 
 def test_cider_d_equals_pycocoevalcap_on_random_captions():
