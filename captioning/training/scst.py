@@ -111,11 +111,7 @@ class SelfCriticalLitModule(CaptionLitModule):
         # the references of every view the items come from, in the datasets' order (batch["indices"]): the
         # training split, and its mirror with the side words swapped when data.train_flip is on
         sources = [datamodule.source(v) for v in datamodule.views("train")]
-        self.reward = scst_reward(*sources)
-        if self.bleu_reward_weight:
-            self.reward = CiderBleuReward(
-                self.reward, SentenceBleu(references(*sources)), self.bleu_reward_weight
-            )
+        self.reward = scst_reward(*sources, bleu_weight=self.bleu_reward_weight)
 
     # -- the self-critical step -----------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
@@ -184,11 +180,14 @@ def references(*sources: CaptionSource) -> list[list[str]]:
     ]
 
 
-def scst_reward(*sources: CaptionSource) -> CiderD:
+def scst_reward(*sources: CaptionSource, bleu_weight: float = 0.0) -> CiderD | CiderBleuReward:
     """CIDEr-D of a caption against image i's ``references``, document frequencies from all the
     ``sources``' references: the reward, over the training split in training. A mirror only swaps side
-    words, so the document frequencies are the split's own but for those."""
-    return CiderD(references(*sources))
+    words, so the document frequencies are the split's own but for those. ``bleu_weight`` > 0 adds that
+    times the caption's BLEU-4 against the same references (tokenised once for both)."""
+    refs = references(*sources)
+    cider = CiderD(refs)
+    return CiderBleuReward(cider, SentenceBleu(refs), bleu_weight) if bleu_weight else cider
 
 
 class CiderBleuReward:

@@ -179,9 +179,9 @@ def test_an_scst_run_with_flips_rewards_both_views(tmp_path, monkeypatch) -> Non
     rows: list[int] = []
     made = []
 
-    def recording_reward(*sources):
+    def recording_reward(*sources, **options):
         made.append(len(sources))
-        reward = scst_reward(*sources)
+        reward = scst_reward(*sources, **options)
         scores = reward.scores
         reward.scores = lambda captions, images: rows.extend(images) or scores(captions, images)
         return reward
