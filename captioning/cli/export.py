@@ -1,7 +1,9 @@
 """``captioning export --checkpoint CKPT OUT.safetensors [--fp16]``: the weights without the optimizer state.
 
 ``--checkpoint`` as in every other command; ``captioning export CKPT OUT.safetensors`` (the checkpoint
-first, without the flag) is the same.
+first, without the flag) is the same. ``--checkpoint`` given more than once exports the uniform average of
+their weights: the last checkpoints of one run, or runs fine-tuned from one checkpoint (a "model soup";
+captioning/checkpoints/average.py).
 
 The export holds the network's tensors (safetensors) and a JSON header with the vocabulary, network
 config, decoding defaults, image size and training provenance; ``captioning caption``, ``evaluate`` and
@@ -21,9 +23,12 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--checkpoint",
         dest="checkpoint_flag",
+        action="append",
         type=checkpoint_arg,
         default=None,
-        help="a .ckpt written by captioning-train (or give it first, without the flag: export CKPT OUT)",
+        help="a .ckpt written by captioning-train (or give it first, without the flag: export CKPT OUT); "
+        "given more than once (--checkpoint A --checkpoint B), the uniform average of their weights: "
+        "checkpoints of one network, from one run or fine-tuned from one checkpoint",
     )
     p.add_argument(
         "checkpoint", nargs="?", type=checkpoint_arg, default=None, metavar="CKPT", help=argparse.SUPPRESS
@@ -44,16 +49,17 @@ def add_parser(subparsers) -> None:
 
 
 def check_args(args: argparse.Namespace) -> str | None:
-    """``--checkpoint CKPT`` or the positional CKPT: exactly one of them, into ``args.checkpoint``."""
+    """``--checkpoint CKPT`` (repeatable) or the positional CKPT, not both: the first into
+    ``args.checkpoint``, the rest (to average with it) into ``args.average_with``."""
     flagged, positional = args.checkpoint_flag, args.checkpoint
     if flagged is not None and positional is not None:
         return (
-            f"the checkpoint is given twice (--checkpoint {flagged} and {positional}); give it once: "
+            f"the checkpoint is given twice (--checkpoint {flagged[0]} and {positional}); give it once: "
             "captioning export --checkpoint CKPT OUT.safetensors"
         )
     if flagged is None and positional is None:
         return "no checkpoint given; expected captioning export --checkpoint CKPT OUT.safetensors"
-    args.checkpoint = flagged if flagged is not None else positional
+    args.checkpoint, *args.average_with = flagged if flagged is not None else [positional]
     return None
 
 
@@ -64,13 +70,20 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         out = export_checkpoint(
-            args.checkpoint, args.out, fp16=args.fp16, encoder_by_name=args.encoder_by_name
+            args.checkpoint,
+            args.out,
+            fp16=args.fp16,
+            encoder_by_name=args.encoder_by_name,
+            average_with=args.average_with,
         )
     except (CheckpointError, OutputError, OSError) as err:
         print(f"captioning export: error: {err}", file=sys.stderr)
         return 2
     size = out.stat().st_size / 2**20
+    sources = [args.checkpoint, *args.average_with]
+    averaged = f"the average of {len(sources)} checkpoints; " if len(sources) > 1 else ""
     print(
-        f"wrote {out} ({size:.1f} MB; {args.checkpoint} is {args.checkpoint.stat().st_size / 2**20:.1f} MB)"
+        f"wrote {out} ({size:.1f} MB; {averaged}{args.checkpoint} is "
+        f"{args.checkpoint.stat().st_size / 2**20:.1f} MB)"
     )
     return 0

@@ -77,7 +77,8 @@ def _checkpoints(args) -> list[Path]:
     value = getattr(args, "checkpoint", None)
     if value is None:
         return []
-    return [Path(v) for v in (value if isinstance(value, list) else [value])]
+    more = getattr(args, "average_with", [])  # export's further checkpoints (captioning/cli/export.py)
+    return [Path(v) for v in (value if isinstance(value, list) else [value, *more])]
 
 
 def problems(args) -> list[str]:
