@@ -39,8 +39,9 @@ def average_states(parts: Sequence[tuple[Path, dict, dict]]) -> dict:
                 )
         if state.keys() != first.keys():
             name = sorted(state.keys() ^ first.keys())[0]
+            has, lacks = (path, first_path) if name in state else (first_path, path)
             raise CheckpointError(
-                f"{path}: tensor {name!r} is in one of {path} and {first_path} only; expected the same tensors"
+                f"{path}: tensor {name!r} is in {has} but not in {lacks}; expected the same tensors"
             )
         for name, tensor in state.items():
             if tensor.shape != first[name].shape:
