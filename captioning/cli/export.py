@@ -49,8 +49,8 @@ def add_parser(subparsers) -> None:
 
 
 def check_args(args: argparse.Namespace) -> str | None:
-    """``--checkpoint CKPT`` (repeatable) or the positional CKPT, not both: the first into
-    ``args.checkpoint``, the rest (to average with it) into ``args.average_with``."""
+    """``--checkpoint CKPT`` (repeatable) or the positional CKPT, not both: into ``args.checkpoint``, a list
+    as every command's (the first is exported, averaged with the rest)."""
     flagged, positional = args.checkpoint_flag, args.checkpoint
     if flagged is not None and positional is not None:
         return (
@@ -59,7 +59,7 @@ def check_args(args: argparse.Namespace) -> str | None:
         )
     if flagged is None and positional is None:
         return "no checkpoint given; expected captioning export --checkpoint CKPT OUT.safetensors"
-    args.checkpoint, *args.average_with = flagged if flagged is not None else [positional]
+    args.checkpoint = flagged if flagged is not None else [positional]
     return None
 
 
@@ -68,22 +68,15 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.load import CheckpointError
     from captioning.writes import OutputError
 
+    first, *rest = args.checkpoint
     try:
         out = export_checkpoint(
-            args.checkpoint,
-            args.out,
-            fp16=args.fp16,
-            encoder_by_name=args.encoder_by_name,
-            average_with=args.average_with,
+            first, args.out, fp16=args.fp16, encoder_by_name=args.encoder_by_name, average_with=rest
         )
     except (CheckpointError, OutputError, OSError) as err:
         print(f"captioning export: error: {err}", file=sys.stderr)
         return 2
     size = out.stat().st_size / 2**20
-    sources = [args.checkpoint, *args.average_with]
-    averaged = f"the average of {len(sources)} checkpoints; " if len(sources) > 1 else ""
-    print(
-        f"wrote {out} ({size:.1f} MB; {averaged}{args.checkpoint} is "
-        f"{args.checkpoint.stat().st_size / 2**20:.1f} MB)"
-    )
+    averaged = f"the average of {len(args.checkpoint)} checkpoints; " if rest else ""
+    print(f"wrote {out} ({size:.1f} MB; {averaged}{first} is {first.stat().st_size / 2**20:.1f} MB)")
     return 0

@@ -77,8 +77,7 @@ def _checkpoints(args) -> list[Path]:
     value = getattr(args, "checkpoint", None)
     if value is None:
         return []
-    more = getattr(args, "average_with", [])  # export's further checkpoints (captioning/cli/export.py)
-    return [Path(v) for v in (value if isinstance(value, list) else [value, *more])]
+    return [Path(v) for v in (value if isinstance(value, list) else [value])]
 
 
 def problems(args) -> list[str]:
