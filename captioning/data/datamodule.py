@@ -7,10 +7,11 @@ With a ``feature_cache`` (a frozen encoder, or the frozen prefix of a fine-tuned
 pixels: ``image_keys`` (``captioning.data.features.image_key``) name the images, and the LightningModule
 asks the model's ``CachedEncoder`` (built from the model's own encoder, ``feature_cache`` holding only the
 cache's settings) for their ``features``. Batches name what they carry, ``images`` or ``image_keys``.
-Training images may be augmented (``train_crop_scale``, ``train_flip``); validation and test images never.
-A flip is a view of its own (``captioning.data.mirror``): the training split mirrored, its captions' "left"
-and "right" swapped, served from the feature cache like the originals; each training item is the original
-or its mirror with probability 1/2.
+Training images may be augmented (``train_crop_scale``, ``train_crop_views``, ``train_flip``); validation
+and test images never. A flip is a view of its own (``captioning.data.mirror``): the training split
+mirrored, its captions' "left" and "right" swapped, served from the feature cache like the originals; so is
+each of K fixed crops (``captioning.data.crop_views``). Each training item is drawn uniformly from the
+training split's views: the image or one of its crops, mirrored or not.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset
 
 from captioning.bounds import AtLeast, Between, check_bounds
+from captioning.data.crop_views import CroppedSource
 from captioning.data.features import image_key
 from captioning.data.images import TrainAugment, image_to_tensor
 from captioning.data.mirror import MirroredSource
@@ -38,7 +40,14 @@ if TYPE_CHECKING:
     from captioning.data.features import FeatureCache
 
 
-MIRRORED_TRAIN = "train (mirrored)"  # the view of the training split that train_flip adds
+def train_view_name(crop: int, mirrored: bool) -> str:
+    """The name of a view of the training split: "train", "train (mirrored)", "train (crop 2)", "train
+    (crop 2, mirrored)" (crop 0: the whole image)."""
+    marks = ([f"crop {crop}"] if crop else []) + (["mirrored"] if mirrored else [])
+    return f"train ({', '.join(marks)})" if marks else "train"
+
+
+MIRRORED_TRAIN = train_view_name(0, True)  # the view of the training split that train_flip adds
 
 
 @dataclass
@@ -184,6 +193,7 @@ class CaptionDataModule(pl.LightningDataModule):
         check_cache: str | None = None,
         skipped_list: str | None = None,
         train_crop_scale: list[float] | None = None,
+        train_crop_views: Annotated[int, AtLeast(0)] = 0,
         train_flip: bool = False,
     ):
         """``train_items``: "pairs" (one image-caption pair per item, cross-entropy) or "images" (one image
@@ -192,7 +202,8 @@ class CaptionDataModule(pl.LightningDataModule):
         before the vocabulary is built (``captioning.data.verify``; verdicts cached in ``check_cache``,
         skipped files listed in ``skipped_list``), at most ``max_bad_fraction`` of a split skipped.
         ``train_crop_scale`` [min, max]: training images are random crops of that share of the area (null:
-        none; not with a ``feature_cache``: cropped pixels differ every epoch, cached features cannot);
+        none); a fresh crop per item, or with ``train_crop_views`` = K > 0 one of K crops drawn once per image
+        (``captioning.data.crop_views``), which a ``feature_cache`` serves (fresh crops it cannot);
         ``train_flip``: each training item is mirrored half the time, its captions' "left" and "right"
         swapped (``captioning.data.mirror``); with a ``feature_cache`` the mirrored images' features are
         cached once beside the originals'."""
@@ -215,13 +226,23 @@ class CaptionDataModule(pl.LightningDataModule):
             raise ValueError(f"data.on_bad_image={on_bad_image!r}: expected one of {POLICIES}")
         self.on_bad_image, self.max_bad_fraction = on_bad_image, max_bad_fraction
         self.check_cache, self.skipped_list = check_cache, skipped_list
-        if train_crop_scale is not None and feature_cache is not None:
+        if train_crop_views and train_crop_scale is None:
             raise ValueError(
-                "data.train_crop_scale changes the training pixels every epoch, so cached features cannot "
-                "stand for them: drop data.feature_cache or the augmentation (data.train_flip goes with both)"
+                f"data.train_crop_views={train_crop_views} needs the crops' share of the area: "
+                "data.train_crop_scale=[min, max] (e.g. [0.7, 1.0])"
             )
-        self.train_augment = None if train_crop_scale is None else TrainAugment(tuple(train_crop_scale))
-        self.train_flip = bool(train_flip)
+        if train_crop_scale is not None and not train_crop_views and feature_cache is not None:
+            raise ValueError(
+                "data.train_crop_scale alone crops afresh every epoch, so cached features cannot stand for "
+                "the pixels: add data.train_crop_views=K (K crops per image, cached once) or drop "
+                "data.feature_cache (data.train_flip goes with both)"
+            )
+        crops = None if train_crop_scale is None else TrainAugment(tuple(train_crop_scale))
+        self.crops = crops if train_crop_views else None  # fixed crops, each a view
+        self.train_augment = None if train_crop_views else crops  # a fresh crop per item
+        # The training split's views, each item drawn from one of them: name -> (crop 0..K, mirrored)
+        flips = (False, True) if train_flip else (False,)
+        self.train_views = {train_view_name(c, m): (c, m) for c in range(train_crop_views + 1) for m in flips}
         self._checked = False
         self.vocab: Vocab | None = None
         self.splits: dict[str, EncodedSplit] = {}
@@ -250,20 +271,27 @@ class CaptionDataModule(pl.LightningDataModule):
         return self.vocab
 
     def source(self, name: str) -> CaptionSource:
-        """The source of split ``name``, or of a view of one (``views``): "train (mirrored)"."""
-        if name == MIRRORED_TRAIN:
-            self.check_images()  # the mirror is of the checked split
-            return MirroredSource(self.sources["train"])
-        return self.sources[name]
+        """The source of split ``name``, or of a view of the training split (``views``): "train (crop 2,
+        mirrored)" is the training images' crop 2, mirrored, their captions' sides swapped."""
+        if name == "train" or name not in self.train_views:
+            return self.sources[name]
+        self.check_images()  # a view is of the checked split
+        crop, mirrored = self.train_views[name]
+        source = self.sources["train"]
+        if crop:
+            source = CroppedSource(source, crop, self.crops)
+        return MirroredSource(source) if mirrored else source
 
     def views(self, name: str) -> tuple[str, ...]:
-        """What the items of split ``name`` are drawn from: the split, and with ``train_flip`` the training
-        split's mirror too."""
-        return (name, MIRRORED_TRAIN) if name == "train" and self.train_flip else (name,)
+        """What the items of split ``name`` are drawn from: the split itself; for "train", each of its views
+        (its K fixed crops with ``train_crop_views``, and every one's mirror with ``train_flip``), "train"
+        first."""
+        return tuple(self.train_views) if name == "train" else (name,)
 
     def split(self, name: str) -> EncodedSplit:
         if name not in self.splits:
-            like = self.split("train") if name == MIRRORED_TRAIN else None  # most captions name no side
+            # a view's captions are the training split's (a crop's all of them, a mirror's all but ~0.4%)
+            like = self.split("train") if name != "train" and name in self.train_views else None
             self.splits[name] = encode_split(
                 self.source(name), self.build_vocab(), self.max_caption_length, like
             )

@@ -42,9 +42,8 @@ from torch import Tensor, nn
 from captioning import progress
 from captioning.data.files import write_text_atomically
 from captioning.data.images import image_to_tensor
-from captioning.data.mirror import MirroredSource
 from captioning.data.readers import DatasetError
-from captioning.data.sources import CaptionSource, RecordSource
+from captioning.data.sources import CaptionSource, RecordSource, SourceView
 from captioning.hashing import encoder_identity, state_dict_hash, tensors_hash  # noqa: F401 - re-exported
 from captioning.writes import commit, folder_problem
 
@@ -58,10 +57,10 @@ def image_key(source: CaptionSource, i: int) -> str:
     Image ids alone are not enough: synthetic scenes of every split and seed are numbered 0..N-1.
     A file key costs a ``stat``, so a run looks up 100k images in a second; when it misses (the dataset
     was copied, moved or re-extracted: new paths or mtimes, same bytes) ``content_key`` finds the rows.
-    A mirrored image's key is its original's, marked (``MirroredSource``: a flipped training photo).
+    A view's image (a mirrored or cropped training photo, ``SourceView``) has its original's key, marked.
     """
-    if isinstance(source, MirroredSource):
-        return f"mirrored:{image_key(source.base, i)}"
+    if isinstance(source, SourceView):
+        return f"{source.mark}:{image_key(source.base, i)}"
     if isinstance(source, RecordSource):
         path = Path(source.records[i].path).resolve()
         stat = path.stat()
@@ -73,8 +72,8 @@ def image_key(source: CaptionSource, i: int) -> str:
 def content_key(source: CaptionSource, i: int) -> str:
     """What image i's features depend on, wherever its file lies: a hash of the file's bytes (a pixel
     key already is one). Read only for images whose ``image_key`` the cache does not know."""
-    if isinstance(source, MirroredSource):
-        return f"mirrored:{content_key(source.base, i)}"
+    if isinstance(source, SourceView):
+        return f"{source.mark}:{content_key(source.base, i)}"
     if isinstance(source, RecordSource):
         return f"bytes:{hashlib.sha1(Path(source.records[i].path).read_bytes()).hexdigest()}"
     return image_key(source, i)

@@ -173,13 +173,20 @@ class TrainAugment:
             raise ValueError(f"crop_ratio={list(crop_ratio)}: expected [min, max] with 0 < min <= 1 <= max")
         self.crop_scale, self.crop_ratio = (lo, hi), tuple(float(v) for v in crop_ratio)
 
-    def __call__(self, image: Image.Image, image_size: int) -> torch.Tensor:
+    def box(
+        self, width: int, height: int, generator: torch.Generator | None = None
+    ) -> tuple[int, int, int, int]:
+        """A crop of a ``width`` x ``height`` image as (left, top, right, bottom), drawn from ``generator``
+        (torch's global one when None: a fresh crop per call; a seeded one: a fixed crop, crop_views.py)."""
         lo, hi = self.crop_scale
-        area = lo + (hi - lo) * float(torch.rand(()))
+        area = lo + (hi - lo) * float(torch.rand((), generator=generator))
         log_lo, log_hi = np.log(self.crop_ratio[0]), np.log(self.crop_ratio[1])
-        ratio = float(np.exp(log_lo + (log_hi - log_lo) * float(torch.rand(()))))  # relative w/h
+        ratio = float(np.exp(log_lo + (log_hi - log_lo) * float(torch.rand((), generator=generator))))  # w/h
         fw, fh = min(1.0, (area * ratio) ** 0.5), min(1.0, (area / ratio) ** 0.5)  # fractions of W, H
-        w, h = max(1, round(image.width * fw)), max(1, round(image.height * fh))
-        left = int(torch.randint(0, image.width - w + 1, ()))
-        top = int(torch.randint(0, image.height - h + 1, ()))
-        return image_to_tensor(image.crop((left, top, left + w, top + h)), image_size)  # (3, S, S)
+        w, h = max(1, round(width * fw)), max(1, round(height * fh))
+        left = int(torch.randint(0, width - w + 1, (), generator=generator))
+        top = int(torch.randint(0, height - h + 1, (), generator=generator))
+        return left, top, left + w, top + h
+
+    def __call__(self, image: Image.Image, image_size: int) -> torch.Tensor:
+        return image_to_tensor(image.crop(self.box(image.width, image.height)), image_size)  # (3, S, S)

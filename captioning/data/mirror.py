@@ -22,7 +22,7 @@ import re
 
 from PIL import Image, ImageOps
 
-from captioning.data.sources import CaptionSource
+from captioning.data.sources import SourceView
 
 
 def _words(text: str) -> frozenset[str]:
@@ -110,25 +110,14 @@ def swap_sides(caption: str) -> str:
     return "".join(parts) + caption[end:]
 
 
-class MirroredSource(CaptionSource):
+class MirroredSource(SourceView):
     """``base`` seen in a mirror: image i mirrored left to right, its captions through ``swap_sides``.
-    The vocabulary is the base's (a swap only trades side words); a synthetic scene's description is not
-    mirrored (``scene`` is None), as only a training split is mirrored and validation scores scenes."""
+    The vocabulary is the base's (a swap only trades side words)."""
 
-    def __init__(self, base: CaptionSource):
-        self.base = base
-
-    def __len__(self) -> int:
-        return len(self.base)
+    mark = "mirrored"
 
     def image(self, i: int) -> Image.Image:
         return ImageOps.mirror(self.base.image(i))
 
     def captions(self, i: int) -> tuple[str, ...]:
         return tuple(swap_sides(c) for c in self.base.captions(i))
-
-    def vocabulary_captions(self, i: int) -> tuple[str, ...]:
-        return self.base.vocabulary_captions(i)
-
-    def image_id(self, i: int) -> int | str:
-        return self.base.image_id(i)

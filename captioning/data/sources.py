@@ -48,6 +48,32 @@ class CaptionSource:
         return None
 
 
+class SourceView(CaptionSource):
+    """A split seen another way: its images changed (mirrored: ``captioning.data.mirror``; cropped:
+    ``captioning.data.crop_views``), each view a source of its own, so it goes through every path a source
+    goes through, the feature cache included. ``mark`` names the view in the cache's keys: a view's key is
+    its base's, marked (``captioning.data.features.image_key``), so a view's features are computed once.
+    Image ids are the base's (the same photo); a synthetic scene's description is not carried over
+    (``scene`` is None: its boxes would not fit the changed image; only training splits have views)."""
+
+    mark: str  # what distinguishes the view's pixels from its base's, in cache keys
+
+    def __init__(self, base: CaptionSource):
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def captions(self, i: int) -> tuple[str, ...]:
+        return self.base.captions(i)
+
+    def vocabulary_captions(self, i: int) -> tuple[str, ...]:
+        return self.base.vocabulary_captions(i)  # the base's vocabulary: a view never adds a word
+
+    def image_id(self, i: int) -> int | str:
+        return self.base.image_id(i)
+
+
 class SyntheticSource(CaptionSource):
     """``num_images`` synthetic scenes, rendered once into memory (96·96·3 bytes each).
 

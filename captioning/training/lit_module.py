@@ -105,7 +105,7 @@ class CaptionLitModule(pl.LightningModule):
             self.cached_encoder = CachedEncoder(settings.bind(self.net.encoder), datamodule.image_size)
             self._cached_splits = set()
         for name in splits:
-            for view in datamodule.views(name):  # "train" and, with data.train_flip, its mirror
+            for view in datamodule.views(name):  # "train" and its views: crops, mirrors (datamodule.py)
                 if view not in self._cached_splits:
                     self.cached_encoder.add(datamodule.source(view), datamodule.image_keys(view))
                     self._cached_splits.add(view)

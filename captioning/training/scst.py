@@ -109,7 +109,8 @@ class SelfCriticalLitModule(CaptionLitModule):
                 "objective scst needs data.train_items=images (whole images with their references)"
             )
         # the references of every view the items come from, in the datasets' order (batch["indices"]): the
-        # training split, and its mirror with the side words swapped when data.train_flip is on
+        # training split, its fixed crops (the same references), and with data.train_flip their mirrors
+        # with the side words swapped
         sources = [datamodule.source(v) for v in datamodule.views("train")]
         self.reward = scst_reward(*sources, bleu_weight=self.bleu_reward_weight)
 
@@ -182,8 +183,9 @@ def references(*sources: CaptionSource) -> list[list[str]]:
 
 def scst_reward(*sources: CaptionSource, bleu_weight: float = 0.0) -> CiderD | CiderBleuReward:
     """CIDEr-D of a caption against image i's ``references``, document frequencies from all the
-    ``sources``' references: the reward, over the training split in training. A mirror only swaps side
-    words, so the document frequencies are the split's own but for those. ``bleu_weight`` > 0 adds that
+    ``sources``' references: the reward, over the training split's views in training. A crop's references
+    are its image's and a mirror only swaps side words, so the document frequencies are the split's own but
+    for those (log(N / df): N and df both scale with the number of views). ``bleu_weight`` > 0 adds that
     times the caption's BLEU-4 against the same references (tokenised once for both)."""
     refs = references(*sources)
     cider = CiderD(refs)
