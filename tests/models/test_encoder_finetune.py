@@ -14,7 +14,7 @@ from captioning.data.features import FeatureCache
 from captioning.data.images import image_to_tensor
 from captioning.data.sources import SyntheticSource
 from captioning.data.vocab import Vocab
-from captioning.models.encoders import EfficientNetLiteEncoder, SmallCNN, TorchvisionEncoder
+from captioning.models.encoders import EfficientNetLiteEncoder, TorchvisionEncoder
 from captioning.training.build import build_model
 from captioning.training.train import train
 
@@ -193,10 +193,8 @@ def test_augmentation_changes_training_images_not_eval_images() -> None:
     # flips: tests/data/test_mirror.py (the mirror is a view with its captions' sides swapped)
 
 
-def test_crops_with_a_feature_cache_or_a_bad_scale_are_refused(tmp_path) -> None:
-    cache = FeatureCache(SmallCNN(out_dim=16, grid_size=3, width=8).requires_grad_(False), tmp_path)
-    with pytest.raises(ValueError, match="drop data.feature_cache or the augmentation"):
-        _datamodule(train_crop_scale=[0.7, 1.0], feature_cache=cache)
+def test_crops_with_a_bad_scale_are_refused() -> None:
+    # fresh crops with a feature cache: tests/data/test_crop_views.py
     with pytest.raises(ValueError, match=r"crop_scale=\[0.0, 1.0\]: expected \[min, max\]"):
         _datamodule(train_crop_scale=[0.0, 1.0])
 
@@ -207,7 +205,7 @@ def test_flickr8k_finetune_experiment_states_stage_lr_bn_and_caches_the_prefix()
     enc = cfg.model.encoder
     assert (enc.stage, enc.fine_tune_from, enc.bn_eval, enc.lr_scale) == ("head", "stage7", True, 0.1)
     assert "encoder" not in cfg.data.feature_cache and cfg.data.train_crop_scale is None
-    assert not cfg.data.train_flip
+    assert not cfg.data.train_flip and cfg.data.train_crop_views == 0
     assert "unfreeze_encoder" not in cfg.callbacks and cfg.trainer.max_epochs == 5  # from the first step
 
 
