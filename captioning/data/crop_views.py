@@ -2,8 +2,8 @@
 
 A fresh random crop per step (``TrainAugment``, ``data.train_crop_scale`` alone) changes the pixels every
 epoch, so every step runs the whole encoder. ``data.train_crop_views=K`` draws K crops of each training
-image once instead: crop k of image i is a function of (k, the image's id, the crop settings), so it is
-the same in every epoch, run and seed, and its encoder features are computed once into the cache beside
+image once instead: crop k of image i is a function of k, the image (its id and its size) and the crop
+settings, so it is the same in every epoch, run, seed and process, and its encoder features are computed once into the cache beside
 the originals' (K times the originals' caching time, once). Each training item is then drawn from the
 whole image or one of its K crops, uniformly (with ``data.train_flip``, from their mirrors too):
 augmentation at the cached step's cost. What fixed crops give up against fresh ones is variety: K + 1
@@ -34,8 +34,9 @@ def crop_seed(view: int, image_id: int | str) -> int:
 
 class CroppedSource(SourceView):
     """``base`` with image i cropped by crop number ``view`` (1..K) of ``augment``'s distribution; its
-    captions are the base's. The cache key's mark names the view and the crop settings: other settings
-    are other pixels."""
+    captions are the base's. The cache key names the view, the crop settings and the image id besides the
+    image's own key: the crop is drawn from the id, and two ids may share one file (Flickr8k's training
+    split holds two byte-identical photos) or one file two ids (another reader's numbering)."""
 
     def __init__(self, base: CaptionSource, view: int, augment: TrainAugment):
         if view < 1:
@@ -44,6 +45,9 @@ class CroppedSource(SourceView):
         self.view, self.augment = view, augment
         (lo, hi), (rlo, rhi) = augment.crop_scale, augment.crop_ratio
         self.mark = f"crop{view}:{lo!r}-{hi!r}:{rlo!r}-{rhi!r}"  # exact: other settings, other pixels
+
+    def key(self, i: int, base_key: str) -> str:
+        return f"{self.mark}:{self.base.image_id(i)!r}:{base_key}"
 
     def image(self, i: int) -> Image.Image:
         image = self.base.image(i)

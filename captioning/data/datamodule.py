@@ -106,8 +106,8 @@ def _input(inputs: Inputs, i: int) -> dict:
 
 
 def _pick(views: list[View]) -> int:
-    """The number of one of the views, uniformly; no draw when there is one (an unflipped run's draws are
-    unchanged). Drawn from torch's generator, as the crops are: Lightning seeds it per DataLoader worker."""
+    """The number of one of the views, uniformly; no draw when there is one (a run without views draws
+    as before). Drawn from torch's generator, as fresh crops are: Lightning seeds it per DataLoader worker."""
     return int(torch.randint(len(views), ())) if len(views) > 1 else 0
 
 
@@ -135,10 +135,13 @@ class PairDataset(Dataset):
 
 class ImageDataset(Dataset):
     """One image per item with all its references (and the first one encoded, for a val loss); with
-    several ``views`` (a flipped training split, for SCST), the image or its mirror, drawn per item."""
+    several ``views`` (a training split's crops and mirrors, for SCST), one of them, drawn per item.
+    ``blocks[v]``: which of the distinct reference sets view v's references are (a crop's are its image's;
+    ``CaptionDataModule.reference_views``), so ``indices`` is the item's row in their concatenation."""
 
-    def __init__(self, views: list[View]):
+    def __init__(self, views: list[View], blocks: list[int] | None = None):
         self.views = list(views)
+        self.blocks = list(range(len(self.views))) if blocks is None else list(blocks)
         self.split = self.views[0][0]  # the split as it is (what callbacks show: wandb_table)
 
     def __len__(self) -> int:
@@ -153,7 +156,7 @@ class ImageDataset(Dataset):
             "tokens": split.tokens[i][0],
             "image_ids": src.image_id(i),
             "references": list(src.captions(i)),
-            "indices": view * len(src) + i,  # image i of view `view`: its row in the views' references
+            "indices": self.blocks[view] * len(src) + i,  # its row in the distinct reference sets
             "scenes": src.scene(i),  # None for photos
         }
 
@@ -288,6 +291,18 @@ class CaptionDataModule(pl.LightningDataModule):
         first."""
         return tuple(self.train_views) if name == "train" else (name,)
 
+    def reference_views(self, name: str) -> tuple[str, ...]:
+        """The views of split ``name`` whose references differ, in ``views``' order: the split, and with
+        ``train_flip`` its mirror (a crop's references are its image's). SCST's reward holds theirs,
+        concatenated; a training item's ``indices`` is its row there (``ImageDataset``)."""
+        return tuple(v for v in self.views(name) if not self.train_views.get(v, (0, False))[0])
+
+    def _reference_blocks(self, name: str) -> list[int]:
+        """For each view of split ``name``, the position of its references in ``reference_views``."""
+        distinct = self.reference_views(name)
+        crop_of = {v: train_view_name(0, m) for v, (_, m) in self.train_views.items()}  # its uncropped view
+        return [distinct.index(crop_of.get(v, v)) for v in self.views(name)]
+
     def split(self, name: str) -> EncodedSplit:
         if name not in self.splits:
             # a view's captions are the training split's (a crop's all of them, a mirror's all but ~0.4%)
@@ -334,9 +349,13 @@ class CaptionDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        dataset = PairDataset if self.train_items == "pairs" else ImageDataset
+        views = self._views("train")
+        if self.train_items == "pairs":
+            dataset: Dataset = PairDataset(views)
+        else:
+            dataset = ImageDataset(views, self._reference_blocks("train"))
         return ResumableLoader(  # a run resumed mid-epoch goes on with the same batches (resumable.py)
-            dataset(self._views("train")),
+            dataset,
             self.batch_size,
             self._train_position,
             num_workers=self.num_workers,

@@ -60,7 +60,7 @@ def image_key(source: CaptionSource, i: int) -> str:
     A view's image (a mirrored or cropped training photo, ``SourceView``) has its original's key, marked.
     """
     if isinstance(source, SourceView):
-        return f"{source.mark}:{image_key(source.base, i)}"
+        return source.key(i, image_key(source.base, i))
     if isinstance(source, RecordSource):
         path = Path(source.records[i].path).resolve()
         stat = path.stat()
@@ -73,7 +73,7 @@ def content_key(source: CaptionSource, i: int) -> str:
     """What image i's features depend on, wherever its file lies: a hash of the file's bytes (a pixel
     key already is one). Read only for images whose ``image_key`` the cache does not know."""
     if isinstance(source, SourceView):
-        return f"{source.mark}:{content_key(source.base, i)}"
+        return source.key(i, content_key(source.base, i))
     if isinstance(source, RecordSource):
         return f"bytes:{hashlib.sha1(Path(source.records[i].path).read_bytes()).hexdigest()}"
     return image_key(source, i)

@@ -51,8 +51,8 @@ class CaptionSource:
 class SourceView(CaptionSource):
     """A split seen another way: its images changed (mirrored: ``captioning.data.mirror``; cropped:
     ``captioning.data.crop_views``), each view a source of its own, so it goes through every path a source
-    goes through, the feature cache included. ``mark`` names the view in the cache's keys: a view's key is
-    its base's, marked (``captioning.data.features.image_key``), so a view's features are computed once.
+    goes through, the feature cache included. ``key`` marks the base image's cache key as the view's
+    (``captioning.data.features.image_key``), so a view's features are computed once.
     Image ids are the base's (the same photo); a synthetic scene's description is not carried over
     (``scene`` is None: its boxes would not fit the changed image; only training splits have views)."""
 
@@ -60,6 +60,11 @@ class SourceView(CaptionSource):
 
     def __init__(self, base: CaptionSource):
         self.base = base
+
+    def key(self, i: int, base_key: str) -> str:
+        """Image i's cache key, from its base image's (a file or a content key): everything else the
+        view's pixels depend on, marked before it."""
+        return f"{self.mark}:{base_key}"
 
     def __len__(self) -> int:
         return len(self.base)

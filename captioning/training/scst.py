@@ -108,10 +108,10 @@ class SelfCriticalLitModule(CaptionLitModule):
             raise ValueError(
                 "objective scst needs data.train_items=images (whole images with their references)"
             )
-        # the references of every view the items come from, in the datasets' order (batch["indices"]): the
-        # training split, its fixed crops (the same references), and with data.train_flip their mirrors
-        # with the side words swapped
-        sources = [datamodule.source(v) for v in datamodule.views("train")]
+        # the distinct reference sets of the views the items come from (batch["indices"] are rows of their
+        # concatenation): the training split's, and its mirror's (side words swapped) with data.train_flip;
+        # a crop's references are its image's, so crops add none
+        sources = [datamodule.source(v) for v in datamodule.reference_views("train")]
         self.reward = scst_reward(*sources, bleu_weight=self.bleu_reward_weight)
 
     # -- the self-critical step -----------------------------------------------------------------------
@@ -183,10 +183,10 @@ def references(*sources: CaptionSource) -> list[list[str]]:
 
 def scst_reward(*sources: CaptionSource, bleu_weight: float = 0.0) -> CiderD | CiderBleuReward:
     """CIDEr-D of a caption against image i's ``references``, document frequencies from all the
-    ``sources``' references: the reward, over the training split's views in training. A crop's references
-    are its image's and a mirror only swaps side words, so the document frequencies are the split's own but
-    for those (log(N / df): N and df both scale with the number of views). ``bleu_weight`` > 0 adds that
-    times the caption's BLEU-4 against the same references (tokenised once for both)."""
+    ``sources``' references: the reward, over the training split (and its mirror, whose references count as
+    documents of their own: N doubles, and an n-gram in no reference weighs log 2N for log N) in training.
+    ``bleu_weight`` > 0 adds that times the caption's BLEU-4 against the same references (tokenised once
+    for both)."""
     refs = references(*sources)
     cider = CiderD(refs)
     return CiderBleuReward(cider, SentenceBleu(refs), bleu_weight) if bleu_weight else cider

@@ -15,11 +15,12 @@ from test_features import TINY_CACHED, count_images, frozen_cnn, live_features
 from captioning.compose import compose_config
 from captioning.data.crop_views import CroppedSource, crop_seed
 from captioning.data.datamodule import CaptionDataModule, train_view_name
-from captioning.data.features import FeatureCache
+from captioning.data.features import FeatureCache, content_key, image_key
 from captioning.data.images import TrainAugment, image_to_tensor
 from captioning.data.mirror import MirroredSource
-from captioning.data.sources import SyntheticSource
-from captioning.training.scst import scst_reward
+from captioning.data.sources import CaptionSource, SyntheticSource
+from captioning.data.tokenize import tokenize
+from captioning.training.scst import references, scst_reward
 from captioning.training.train import train
 
 from support.hostile import assert_one_line
@@ -37,6 +38,25 @@ VIEWS = (  # train_crop_views=2 with train_flip: the whole image and two crops, 
 def _datamodule(**kwargs) -> CaptionDataModule:
     train_split, val = SyntheticSource(6, seed=0, split="train"), SyntheticSource(2, seed=0, split="val")
     return CaptionDataModule(train_split, val, image_size=32, **kwargs)
+
+
+class Renumbered(CaptionSource):
+    """``base``'s images ``order`` under the ids ``ids`` (another reader's numbering of the same files)."""
+
+    def __init__(self, base: CaptionSource, order: list[int], ids: list[int | str]):
+        self.base, self.order, self.ids = base, order, ids
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def image(self, i: int):
+        return self.base.image(self.order[i])
+
+    def captions(self, i: int) -> tuple[str, ...]:
+        return self.base.captions(self.order[i])
+
+    def image_id(self, i: int) -> int | str:
+        return self.ids[i]
 
 
 def _where(crop: np.ndarray, image: np.ndarray) -> list[tuple[int, int]]:
@@ -68,18 +88,27 @@ def test_a_crop_view_is_a_fixed_region_of_its_image_within_the_scale() -> None:
     assert first.mark == "crop1:0.5-0.9:0.75-1.3333333333333333" and second.mark.startswith("crop2:")
 
 
-def test_a_crop_depends_on_the_view_and_the_image_id_alone() -> None:
-    """Not on the split's order, the process or the run's seed: a cached crop stays the crop it was."""
-    # Pinned: the cache keys do not hold the seed, so a changed derivation would serve stale crops (bump
-    # captioning.data.features.FORMAT_VERSION with it)
-    assert crop_seed(3, "1000268201_693b08cb0e.jpg") == 3517556027613434982
-    augment = TrainAugment((0.7, 1.0))
-    base = SyntheticSource(6, seed=0, split="train")
+def test_a_crop_depends_on_the_view_the_image_and_its_id_not_on_the_order_or_the_seed() -> None:
+    """A cached crop stays the crop it was: not the split's order, the process or the run's seed."""
+    # Pinned: the cache keys hold neither the seed's derivation nor the box's, so a change to either would
+    # serve stale crops (bump captioning.data.features.FORMAT_VERSION with it)
+    assert crop_seed(1, "1000268201_693b08cb0e.jpg") == 4506455334002990145
+    generator = torch.Generator().manual_seed(crop_seed(1, "1000268201_693b08cb0e.jpg"))
+    assert TrainAugment((0.7, 1.0)).box(500, 375, generator) == (48, 0, 486, 375)
+    augment, base = TrainAugment((0.7, 1.0)), SyntheticSource(6, seed=0, split="train")
     torch.manual_seed(123)
     a = np.asarray(CroppedSource(base, 1, augment).image(4))
     torch.manual_seed(456)
-    b = np.asarray(CroppedSource(base, 1, augment).image(4))
-    assert np.array_equal(a, b)
+    assert np.array_equal(np.asarray(CroppedSource(base, 1, augment).image(4)), a)
+    # the same image under the same id at another place in the split: the same crop, the same key
+    moved = CroppedSource(Renumbered(base, [0, 4], [0, 4]), 1, augment)
+    assert np.array_equal(np.asarray(moved.image(1)), a)
+    assert image_key(moved, 1) == image_key(CroppedSource(base, 1, augment), 4)
+    # the same image under two ids (byte-identical files, or another reader's numbering): two crops, and
+    # two keys, so neither is served the other's features
+    twice = CroppedSource(Renumbered(base, [4, 4], ["a.jpg", "b.jpg"]), 1, augment)
+    assert not np.array_equal(np.asarray(twice.image(0)), np.asarray(twice.image(1)))
+    assert image_key(twice, 0) != image_key(twice, 1) and content_key(twice, 0) != content_key(twice, 1)
     with pytest.raises(ValueError, match="view 0 is the uncropped image"):
         CroppedSource(base, 0, augment)
 
@@ -103,20 +132,26 @@ def test_training_items_are_drawn_uniformly_over_the_whole_image_its_crops_and_t
     assert torch.equal(val[0]["images"], image_to_tensor(dm.sources["val"].image(0), 32))  # never cropped
 
 
-def test_scst_items_of_a_crop_are_rewarded_against_their_views_references() -> None:
+def test_scst_items_of_a_crop_are_rewarded_against_its_images_references_held_once() -> None:
     torch.manual_seed(0)
     dm = _datamodule(train_crop_scale=[0.7, 1.0], train_crop_views=1, train_flip=True, train_items="images")
-    sources = [dm.source(view) for view in dm.views("train")]
-    assert isinstance(sources[2], CroppedSource) and isinstance(sources[3], MirroredSource)
-    reward, n = scst_reward(*sources), len(dm.sources["train"])
-    dataset, rows = dm.train_dataloader().dataset, set()
-    for _ in range(30):
+    assert isinstance(dm.source("train (crop 1, mirrored)").base, CroppedSource)
+    distinct = dm.reference_views("train")
+    assert distinct == ("train", "train (mirrored)")  # crops add no reference set: the reward's N stays
+    rows_refs = references(*(dm.source(v) for v in distinct))  # the reward's rows
+    n, dataset, rows = len(dm.sources["train"]), dm.train_dataloader().dataset, set()
+    for _ in range(40):
         item = dataset[2]
-        view = item["indices"] // n
-        assert item["indices"] % n == 2 and item["references"] == list(sources[view].captions(2))
-        assert reward.scores([item["references"][0]], [item["indices"]])[0] > 0
-        rows.add(int(item["indices"]))
-    assert rows == {2, n + 2, 2 * n + 2, 3 * n + 2}
+        assert rows_refs[item["indices"]] == [" ".join(tokenize(c)) for c in item["references"]]
+        pixels = [
+            v for v in VIEWS[:4] if torch.equal(item["images"], image_to_tensor(dm.source(v).image(2), 32))
+        ]
+        mirrored = isinstance(dm.source(pixels[0]), MirroredSource)
+        assert item["indices"] == (n if mirrored else 0) + 2  # a mirror's row is its swapped references'
+        rows.add((pixels[0], int(item["indices"])))
+    assert {view for view, _ in rows} == set(VIEWS[:4])  # every view drawn
+    reward = scst_reward(*(dm.source(v) for v in distinct))
+    assert reward.log_images == pytest.approx(np.log(2 * n))
 
 
 def test_crop_views_are_cached_once_each_and_equal_the_encoder_on_the_cropped_pixels(tmp_path) -> None:
@@ -124,9 +159,8 @@ def test_crop_views_are_cached_once_each_and_equal_the_encoder_on_the_cropped_pi
     dm = _datamodule(train_crop_scale=[0.7, 1.0], train_crop_views=2, feature_cache=cache)
     view = "train (crop 2)"
     keys = dm.image_keys(view)
-    assert all(
-        k == f"crop2:0.7-1.0:0.75-1.3333333333333333:{base}" for k, base in zip(keys, dm.image_keys("train"))
-    )
+    prefix = "crop2:0.7-1.0:0.75-1.3333333333333333"  # the view, its crop settings exactly, the image id
+    assert keys == [f"{prefix}:{i!r}:{base}" for i, base in enumerate(dm.image_keys("train"))]
     calls = count_images(cache.encoder)
     features = cache.features(dm.source(view), 32, keys)
     assert sum(calls) == 6
