@@ -4,15 +4,13 @@ whole image (and their mirrors); a feature cache computes each crop's features o
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
-from test_features import TINY_CACHED, count_images, frozen_cnn, live_features
+from test_features import count_images, frozen_cnn, live_features, train_cached
 
-from captioning.compose import compose_config
 from captioning.data.crop_views import CroppedSource, crop_seed
 from captioning.data.datamodule import CaptionDataModule, train_view_name
 from captioning.data.features import FeatureCache, content_key, image_key
@@ -21,7 +19,6 @@ from captioning.data.mirror import MirroredSource
 from captioning.data.sources import CaptionSource, SyntheticSource
 from captioning.data.tokenize import tokenize
 from captioning.training.scst import references, scst_reward
-from captioning.training.train import train
 
 from support.hostile import assert_one_line
 
@@ -188,18 +185,6 @@ def test_crops_the_cache_cannot_serve_are_refused_in_one_line(tmp_path, options,
 
 
 def test_a_cached_run_with_crop_views_encodes_each_crop_once_and_trains(tmp_path) -> None:
-    overrides = [
-        *TINY_CACHED,
-        f"paths.cache={tmp_path / 'cache'}",
-        "++data.train_crop_scale=[0.7,1.0]",
-        "++data.train_crop_views=2",
-    ]
-    cfg, _ = compose_config("train", overrides)
-    cfg.output_dir = str(tmp_path / "run")
-    train(cfg)
-    run = json.loads((tmp_path / "run" / "run.json").read_text())
-    (folder,) = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
-    stored = json.loads((folder / "index.json").read_text())["images"]
+    stored = train_cached(tmp_path, "++data.train_crop_scale=[0.7,1.0]", "++data.train_crop_views=2")
     assert len(stored) == 3 * 24 + 8  # the train scenes, two crops of each, the val scenes
     assert Counter(k.split(":")[0] for k in stored if k.startswith("crop")) == {"crop1": 24, "crop2": 24}
-    assert run["finished"] and run["global_step"] > 0

@@ -241,6 +241,18 @@ def test_flickr8k_experiments_use_cached_lite1_head_features(experiment):
 TINY_CACHED = ["experiment=flickr8k_cached", "debug=tiny_cached"]  # frozen Lite0 + cache, tiny scenes
 
 
+def train_cached(tmp_path, *overrides: str) -> list[str]:
+    """Train TINY_CACHED (+ ``overrides``) with its cache in ``tmp_path``/cache; assert the run finished
+    with steps; return the keys of the images its cache stored."""
+    cfg, _ = compose_config("train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}", *overrides])
+    cfg.output_dir = str(tmp_path / "run")
+    train(cfg)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["finished"] and run["global_step"] > 0
+    (folder,) = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
+    return list(json.loads((folder / "index.json").read_text())["images"])
+
+
 def test_trained_on_cached_features_the_checkpoint_captions_raw_images(tmp_path):
     cfg, _ = compose_config("train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}"])
     cfg.output_dir = str(tmp_path / "run")

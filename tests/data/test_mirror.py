@@ -3,14 +3,11 @@ mirrored training split served like any split, from pixels or from the feature c
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from PIL import ImageOps
-from test_features import TINY_CACHED, count_images, frozen_cnn, live_features
+from test_features import count_images, frozen_cnn, live_features, train_cached
 
-from captioning.compose import compose_config
 from captioning.data.datamodule import MIRRORED_TRAIN, CaptionDataModule
 from captioning.data.features import FeatureCache
 from captioning.data.images import image_to_tensor
@@ -196,7 +193,7 @@ def test_an_scst_run_with_flips_rewards_both_views(tmp_path, monkeypatch) -> Non
     assert max(rows) >= 24 and min(rows) < 24  # TINY's 24 training scenes: both views were scored
 
 
-def test_flips_are_cached_beside_the_originals_and_crops_still_need_pixels(tmp_path) -> None:
+def test_flips_are_cached_beside_the_originals(tmp_path) -> None:
     cache = FeatureCache(frozen_cnn(), tmp_path, batch_size=4, progress=False)
     dm = _datamodule(train_flip=True, feature_cache=cache)
     keys, mirror_keys = dm.image_keys("train"), dm.image_keys(MIRRORED_TRAIN)
@@ -211,18 +208,9 @@ def test_flips_are_cached_beside_the_originals_and_crops_still_need_pixels(tmp_p
     torch.manual_seed(0)
     drawn = _mirrored_items(dm, "image_keys")
     assert 0.4 < sum(drawn) / len(drawn) < 0.6
-    with pytest.raises(ValueError, match="train_crop_scale alone crops afresh every epoch"):
-        _datamodule(train_crop_scale=[0.7, 1.0], feature_cache=cache)
 
 
 def test_a_cached_run_with_flips_encodes_each_mirror_once_and_trains(tmp_path) -> None:
-    overrides = [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}", "++data.train_flip=true"]
-    cfg, _ = compose_config("train", overrides)
-    cfg.output_dir = str(tmp_path / "run")
-    train(cfg)
-    run = json.loads((tmp_path / "run" / "run.json").read_text())
-    (folder,) = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
-    stored = json.loads((folder / "index.json").read_text())["images"]
+    stored = train_cached(tmp_path, "++data.train_flip=true")
     assert len(stored) == 24 + 24 + 8  # the train scenes, their mirrors, the val scenes
     assert sum(k.startswith("mirrored:") for k in stored) == 24
-    assert run["finished"] and run["global_step"] > 0
