@@ -3,10 +3,10 @@
 A fresh random crop per step (``TrainAugment``, ``data.train_crop_scale`` alone) changes the pixels every
 epoch, so every step runs the whole encoder. ``data.train_crop_views=K`` draws K crops of each training
 image once instead: crop k of image i is a function of k, the image (its id and its size) and the crop
-settings, so it is the same in every epoch, run, seed and process, and its encoder features are computed once into the cache beside
-the originals' (K times the originals' caching time, once). Each training item is then drawn from the
-whole image or one of its K crops, uniformly (with ``data.train_flip``, from their mirrors too):
-augmentation at the cached step's cost. What fixed crops give up against fresh ones is variety: K + 1
+settings, so it is the same in every epoch, run, seed and process, and its encoder features are computed
+once into the cache beside the originals' (K times the originals' caching time, once). Each training item
+is then drawn from the whole image or one of its K crops, uniformly (with ``data.train_flip``, from their
+mirrors too): augmentation at the cached step's cost. What fixed crops give up against fresh ones is variety: K + 1
 versions of a photo, where fresh crops give one per item drawn (a Flickr8k photo is drawn once per caption
 per epoch: 25 times in a 5-epoch recipe).
 
