@@ -58,7 +58,8 @@ def caption_loss(
                 "expected a whole multiple (K samples per caption)"
             )
         targets = targets.repeat_interleave(rows // targets.shape[0], dim=0)  # (B·K, T)
-    token_mask = (targets != Vocab.pad_id).to(output.logits.dtype)  # (B, T)
+    # float32 whatever the logits' dtype: a bf16 sum of ones is inexact past 256 (515 tokens sum to 516)
+    token_mask = (targets != Vocab.pad_id).float()  # (B, T)
     b, t, v = output.logits.shape
     fit_extra = None
     if label_smoothing:  # one log-softmax serves the target's term and the uniform one

@@ -25,8 +25,9 @@ from captioning.checkpoints.load import LoadedCheckpoint
 from captioning.data.datamodule import ImageLoader
 from captioning.data.features import FeatureCache, encoder_identity
 from captioning.data.images import ImageError
-from captioning.data.sources import CaptionSource
+from captioning.data.sources import CaptionSource, RecordSource
 from captioning.data.tokenize import tokenize
+from captioning.data.verify import check_images
 from captioning.decoding import GenerationConfig
 from captioning.inference.batch_decoder import BatchDecoder
 from captioning.inference.caption_bank import CaptionBank, pooled
@@ -71,6 +72,22 @@ def model_inputs(
     return ImageLoader(source, loaded.image_size)
 
 
+def readable_images(
+    source: CaptionSource, feature_cache: FeatureCache | None, skipped: list[str]
+) -> tuple[CaptionSource, list[int]]:
+    """The images the model will read, as ``(subset, indices in source)``. A feature cache encodes a whole
+    split before the first batch, so with one every image file is checked first, as training checks them
+    (``captioning.data.verify.check_images``, its verdicts cached beside the features): the unreadable ones'
+    lines go to ``skipped`` and the cache gets the others. Without a cache each image is read as it comes."""
+    if feature_cache is None or not isinstance(source, RecordSource):
+        return source, list(range(len(source)))  # synthetic scenes, views: nothing on disk to check
+    bad = check_images([r.path for r in source.records], feature_cache.cache_dir)
+    skipped.extend(bad[i] for i in sorted(bad))
+    keep = [i for i in range(len(source)) if i not in bad]
+    subset = RecordSource([source.records[i] for i in keep]) if bad and keep else source
+    return subset, keep  # keep empty: nothing to read (source_batches yields nothing)
+
+
 def source_batches(
     loaded: LoadedCheckpoint,
     source: CaptionSource,
@@ -82,13 +99,16 @@ def source_batches(
     """``(indices, batch)`` for every ``batch_size`` source indices: (B, 3, S, S) images, or (B, L, D)
     cached grids with a ``feature_cache``. An unreadable image is left out, its line appended to
     ``skipped``; a batch with no readable image is not yielded."""
-    inputs = model_inputs(loaded, source, feature_cache)
-    for start in progress.batches(len(source), batch_size, desc):
+    subset, order = readable_images(source, feature_cache, skipped)  # order[p]: the source index of p
+    if not order:
+        return
+    inputs = model_inputs(loaded, subset, feature_cache)
+    for start in progress.batches(len(order), batch_size, desc):
         indices, rows = [], []
-        for i in range(start, min(start + batch_size, len(source))):
+        for p in range(start, min(start + batch_size, len(order))):
             try:  # one unreadable image is reported and left out, not the end of the split
-                rows.append(inputs(i))
-                indices.append(i)
+                rows.append(inputs(p))
+                indices.append(order[p])
             except ImageError as err:
                 skipped.append(str(err))
         if rows:

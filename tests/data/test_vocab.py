@@ -12,6 +12,23 @@ def test_tokenize_lowercases_and_drops_punctuation():
     assert tokenize(" ... ") == []
 
 
+def test_tokenize_keeps_words_of_any_script_whole():
+    # Accented letters are word characters, not tokens of their own ("läuft", not "l ä uft").
+    assert tokenize("Ein Mädchen läuft über die Straße.") == [
+        "ein",
+        "mädchen",
+        "läuft",
+        "über",
+        "die",
+        "straße",
+    ]
+    assert tokenize("Une fête à l'été") == ["une", "fête", "à", "l'été"]
+    # A combining accent (NFD) is the composed letter; a typographic apostrophe is the ASCII one.
+    assert tokenize("Ma\u0308dchen") == ["mädchen"]
+    assert tokenize("A man’s dog") == ["a", "man's", "dog"]
+    assert tokenize("snake_case, x!", keep_punctuation=True) == ["snake", "_", "case", ",", "x", "!"]
+
+
 def test_vocab_build_min_count_and_order():
     caps = [["a", "dog"], ["a", "cat"], ["a", "dog", "runs"]]
     vocab = Vocab.build(caps, min_count=2)

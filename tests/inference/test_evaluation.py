@@ -185,6 +185,40 @@ def test_one_unreadable_image_is_skipped_and_reported_not_the_end_of_the_split(t
     assert "skipped 1 unreadable images (not scored)" in format_evaluation(evaluation)
 
 
+def test_with_the_feature_cache_one_unreadable_file_is_skipped_and_reported_too(tmp_path):
+    """The cache encodes a whole split before the first batch: a truncated JPEG among photos on disk is
+    found by the image check first, reported in one line, and the other photos are cached and scored."""
+    from PIL import Image
+
+    from captioning.data.records import ImageRecord
+    from captioning.data.sources import RecordSource
+    from captioning.inference.evaluation import evaluate_checkpoint
+
+    from support.corpus import write_checkpoint
+
+    records = []
+    for i, colour in enumerate(["red", "blue", None, "green", "white"]):
+        path = tmp_path / f"photo{i}.jpg"
+        if colour is None:  # a JPEG cut short: a header and no image data
+            Image.new("RGB", (32, 32), "black").save(path)
+            path.write_bytes(path.read_bytes()[:40])
+        else:
+            Image.new("RGB", (32, 32), colour).save(path)
+        records.append(ImageRecord(f"photo{i}", path, ("a red circle", "a square")))
+    ckpt = write_checkpoint(tmp_path / "model.ckpt", extra=["model.encoder.freeze=true"])  # cached grids
+    cache = tmp_path / "cache"
+    evaluation = evaluate_checkpoint(ckpt, RecordSource(records), tokenizer="simple", metrics=("Bleu_1",),
+                                     batch_size=2, cache_dir=cache)  # fmt: skip
+    assert evaluation.decoded.image_ids == ["photo0", "photo1", "photo3", "photo4"]
+    assert evaluation.report.num_images == 4
+    [line] = evaluation.to_dict()["skipped_images"]
+    assert line.startswith(f"{tmp_path / 'photo2.jpg'}: ")
+    assert len([d for d in cache.iterdir() if d.is_dir()]) == 1  # the grids were read from the cache
+    again = evaluate_checkpoint(ckpt, RecordSource(records), tokenizer="simple", metrics=("Bleu_1",),
+                                batch_size=2, cache_dir=cache)  # fmt: skip
+    assert again.decoded.captions == evaluation.decoded.captions
+
+
 def test_evaluate_without_data_refuses_a_photo_model_instead_of_scoring_synthetic_scenes(tmp_path, capsys):
     from support.corpus import write_checkpoint
 

@@ -8,6 +8,7 @@ import torch
 
 from captioning.decoding import greedy
 from captioning.losses import attention_entropy, caption_loss, doubly_stochastic
+from captioning.models.attention.base import per_token_mean
 from captioning.models.attention.soft import AdditiveAttention
 from captioning.models.decoders.base import shift_inputs
 from captioning.models.decoders.lstm import LSTMDecoder
@@ -65,6 +66,17 @@ def test_padding_does_not_change_the_loss():
     a = caption_loss(net.decoder(features, inputs), targets, net.decoder)
     b = caption_loss(net.decoder(features, padded_in), padded_tg, net.decoder)
     torch.testing.assert_close(a.xent, b.xent)
+
+
+def test_the_per_token_mean_counts_tokens_exactly_under_bf16():
+    # bf16 holds integers exactly only up to 256: a bf16 sum of 515 ones is 516. The normalisation of the
+    # cross-entropy and of every auxiliary term (per_token_mean) must count in float32 whatever the
+    # logits' dtype (bf16-mixed autocast on a GPU).
+    values = torch.full((5, 103), 2.0, dtype=torch.bfloat16)  # 515 tokens, each worth 2
+    mask = torch.ones(5, 103, dtype=torch.bfloat16)
+    assert mask.sum().item() == 516.0  # the inexact sum this guards against
+    assert per_token_mean(values, mask).item() == 2.0
+    assert per_token_mean(values, mask).dtype == torch.float32
 
 
 @pytest.mark.parametrize("decoder", DECODERS)

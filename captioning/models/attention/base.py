@@ -144,5 +144,7 @@ def entropy_of(alphas: Tensor) -> Tensor:
 
 
 def per_token_mean(values: Tensor, token_mask: Tensor) -> Tensor:
-    """Σ_{b,t} values·mask / Σ mask: the same normalisation as the cross-entropy (per target token)."""
-    return (values * token_mask).sum() / token_mask.sum().clamp_min(1.0)
+    """Σ_{b,t} values·mask / Σ mask: the same normalisation as the cross-entropy (per target token).
+
+    Both sums run in float32: under bf16 autocast a sum of ones is inexact past 256."""
+    return (values.float() * token_mask.float()).sum() / token_mask.float().sum().clamp_min(1.0)
