@@ -231,8 +231,12 @@ class FeatureCache:
         name = f"chunk-{chunk_id:03d}.npy"
         tmp = directory / f"{name}.partial"
         encoder = self.encoder  # the model's own encoder: encoded in eval mode and fp32, its state restored
-        if not _on_device(encoder, self.device):
-            encoder = copy.deepcopy(encoder).to(self.device)  # never move the model's encoder
+        if not _on_device(encoder, self.device) or any(
+            p.dtype != torch.float32 for p in encoder.parameters()
+        ):
+            # never move or cast the model's encoder: a copy on the cache's device, in float32 (a model that
+            # trains in bf16-true / 16-true was converted before the cache is prepared)
+            encoder = copy.deepcopy(encoder).to(self.device, torch.float32)
         was_training = encoder.training
         encoder.eval()
         try:

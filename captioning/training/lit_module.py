@@ -121,7 +121,8 @@ class CaptionLitModule(pl.LightningModule):
         if isinstance(batch, dict) and "image_keys" in batch and batch.get("features") is None:
             if self.cached_encoder is None:
                 raise RuntimeError("a batch of image keys, but no feature cache is prepared for this model")
-            batch["features"] = self.cached_encoder.lookup(batch["image_keys"])
+            # float32 as stored, cast to the module's dtype: bf16 under trainer.precision=bf16-true
+            batch["features"] = self.cached_encoder.lookup(batch["image_keys"]).to(self.dtype)
         return batch
 
     def load_initial_weights(self, path: str) -> None:

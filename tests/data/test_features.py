@@ -253,6 +253,16 @@ def train_cached(tmp_path, *overrides: str) -> list[str]:
     return list(json.loads((folder / "index.json").read_text())["images"])
 
 
+def test_a_bf16_true_run_caches_and_reads_its_features(tmp_path):
+    # Lightning converts the model to bf16 before the cache is prepared: the grids are encoded by a float32
+    # copy of the (bf16) encoder, and the stored float32 grids are cast to the module's dtype when read.
+    keys = train_cached(tmp_path, "trainer.precision=bf16-true")
+    assert len(keys) == 24 + 8
+    (folder,) = [p for p in (tmp_path / "cache").iterdir() if p.is_dir()]
+    grids = np.concatenate([np.load(chunk) for chunk in sorted(folder.glob("chunk-*.npy"))])  # train, val
+    assert grids.shape[0] == 32 and np.isfinite(grids).all() and grids.std() > 0
+
+
 def test_trained_on_cached_features_the_checkpoint_captions_raw_images(tmp_path):
     cfg, _ = compose_config("train", [*TINY_CACHED, f"paths.cache={tmp_path / 'cache'}"])
     cfg.output_dir = str(tmp_path / "run")

@@ -75,7 +75,9 @@ def caption_examples(pl_module: pl.LightningModule, examples: list[Example]) -> 
         inputs = torch.stack([ex.inputs for ex in examples]).to(pl_module.device)  # (B, 3, S, S)
         decoded = decode_captions(pl_module.net, pl_module.vocab, inputs, **pl_module.decoding)
     else:  # a feature cache: the module's CachedEncoder has their features
-        features = pl_module.cached_encoder.lookup([ex.key for ex in examples]).to(pl_module.device)
+        features = pl_module.cached_encoder.lookup([ex.key for ex in examples]).to(
+            pl_module.device, pl_module.dtype
+        )
         decoded = decode_captions(pl_module.net, pl_module.vocab, features=features, **pl_module.decoding)
     return [Captioned(c.words, c.attention.numpy()) for c in decoded]  # (len(words), L) per image
 
