@@ -39,7 +39,14 @@ class ExactResume(pl.Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         ranks = state.get("ranks") or [state]
-        _set_generators(ranks[rank] if rank < len(ranks) else state)  # more processes than saved: rank 0's
+        if rank < len(ranks):
+            _set_generators(ranks[rank])
+        else:  # a process the checkpoint did not have (resumed on more GPUs): streams of its own
+            _set_generators(state)
+            seed = int(torch.randint(2**31, (1,)).item()) + rank  # a function of rank 0's state and the rank
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)  # the CPU's and every GPU's generator
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loop = trainer.fit_loop
