@@ -61,4 +61,25 @@ def test_the_lstm_keeps_hidden_dim_and_a_node_with_both_keys_keeps_the_new_one()
     assert lstm["hidden_dim"] == 16 and both == {
         "_target_": "captioning.models.decoders.transformer.TransformerDecoder",
         "ff_dim": 24,
+        "alibi": False,  # saved without the key: from before ALiBi (LEGACY_DEFAULTS)
     }
+
+
+def test_a_transformer_saved_before_alibi_existed_loads_without_it(tmp_path) -> None:
+    # Its config has no "alibi" key and its network had no recency bias; today's default is alibi=True,
+    # which changes no weight: the missing key must mean what it meant (LEGACY_DEFAULTS), not the default.
+    module = build_module(WORDS, ["model/decoder=transformer", "model.decoder.alibi=false"])
+    checkpoint = checkpoint_dict(module)
+    node = yaml.safe_load(checkpoint[CHECKPOINT_KEY]["net_config"])
+    del node["decoder"]["alibi"]
+    checkpoint[CHECKPOINT_KEY]["net_config"] = yaml.safe_dump(node)
+    torch.save(checkpoint, tmp_path / "before_alibi.ckpt")
+    loaded = load_checkpoint(tmp_path / "before_alibi.ckpt").net.eval()
+    assert loaded.decoder.alibi is False
+    images, tokens = torch.rand(2, 3, 32, 32), torch.randint(4, len(WORDS) + 4, (2, 5))
+    assert torch.equal(loaded(images, tokens).logits, module.net.eval()(images, tokens).logits)
+    # resuming it under today's config (alibi true) is a change, named
+    current = checkpoint_dict(build_module(WORDS, ["model/decoder=transformer"]))[CHECKPOINT_KEY][
+        "net_config"
+    ]
+    assert "decoder.alibi: False -> True" in _config_differences(yaml.safe_dump(node), current)
