@@ -61,6 +61,7 @@ class CaptionBank:
         if len(vectors) == 0:
             raise ValueError(f"{origin}: no images; expected the training split's images")
         self.vectors = vectors.float()  # (N, D) unit rows
+        self._moved: dict[torch.device, Tensor] = {}  # vectors_like's copies
         _check_rows(self.vectors, origin)
         self.captions = [_checked_captions(c, j, origin) for j, c in enumerate(captions)]
         for j, image_id in enumerate(image_ids):
@@ -171,7 +172,15 @@ class CaptionBank:
                 f"caption bank: queries have D={features.shape[-1]}, the bank D={self.vectors.shape[-1]}; "
                 "expected grids of the encoder the bank was built with"
             )
-        return pooled(features) @ self.vectors.T  # (B, D) @ (D, N)
+        return pooled(features) @ self.vectors_like(features).T  # (B, D) @ (D, N)
+
+    def vectors_like(self, features: Tensor) -> Tensor:
+        """(N, D) the bank's vectors on ``features``' device (a GPU's queries are compared on the GPU; the
+        bank loads on the CPU), moved once per device. float32, as ``pooled`` gives the queries."""
+        moved = self._moved.get(features.device)
+        if moved is None:
+            moved = self._moved[features.device] = self.vectors.to(features.device)
+        return moved
 
     def nearest(self, features: Tensor, k: int, exclude: Sequence[Hashable] | None = None) -> list[list[int]]:
         """Per query grid (B, L, D), the bank rows of its ``k`` nearest images, nearest first. A query's

@@ -124,8 +124,17 @@ class ConsensusReranker:
             )
         self.config, self.bank = config, bank
         self.cider = CiderD(bank.captions)  # document frequencies of the bank's (training) references
-        self.generator = torch.Generator().manual_seed(config.seed)
+        self._generators: dict[
+            torch.device, torch.Generator
+        ] = {}  # per device: sampling on a GPU needs its own
         self._voices: dict[int, list[Weighted]] = {}  # bank image -> its captions' vectors, once each
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        """The sampler's generator on ``device``, seeded with ``config.seed`` when first used there (one
+        stream per device, as torch's samplers need the generator on the tensors' device)."""
+        if device not in self._generators:
+            self._generators[device] = torch.Generator(device=device).manual_seed(self.config.seed)
+        return self._generators[device]
 
     def _voices_of(self, rows: Sequence[int]) -> list[Weighted]:
         for j in rows:
@@ -146,7 +155,7 @@ class ConsensusReranker:
                 sampling = decoding.replace(
                     num_beams=1, do_sample=True, num_return_sequences=cfg.num_samples, top_p=cfg.top_p
                 )
-                runs.append((sampling, self.generator))
+                runs.append((sampling, self.generator(features.device)))
             for options, generator in runs:
                 out = generate(member, features, options, generator=generator)
                 captions, n = to_captions(out, vocab), out.num_return_sequences

@@ -90,6 +90,20 @@ def test_bank_returns_the_nearest_by_cosine_and_never_the_query_itself():
         CaptionBank(torch.zeros(2, 2), REFS, [0, 1, 2])
 
 
+def test_queries_are_compared_on_their_device_and_samples_drawn_there():
+    # A GPU's queries meet the bank's vectors moved to them (the bank loads on the CPU), and the sampler's
+    # generator lives on the features' device (torch.multinomial refuses a CPU generator for GPU tensors).
+    # Checked here on the CPU (no GPU in CI): the same paths, the vectors moved once per device.
+    bank = bank_of([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+    query = torch.tensor([[[1.0, 0.1], [1.0, -0.1]]], dtype=torch.float64)  # half or double grids: pooled
+    assert bank.cosines(query).dtype == torch.float32 and bank.nearest(query, 3) == [[0, 1, 2]]
+    assert bank.vectors_like(query) is bank.vectors_like(query)
+    reranker = ConsensusReranker(RerankConfig(seed=3), bank)
+    generator = reranker.generator(query.device)
+    assert generator.device == query.device and reranker.generator(query.device) is generator
+    assert generator.initial_seed() == 3
+
+
 def test_bank_built_from_a_source_pools_what_encode_returns():
     source = SyntheticSource(6, seed=3, split="train")
     features = torch.randn(6, 4, 5)
