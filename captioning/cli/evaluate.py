@@ -15,11 +15,17 @@ consensus.yaml; the memory of nearest images is built from the data's training s
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from captioning.cli.arguments import ENSEMBLE_HELP, add_checkpoints, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
+
+if TYPE_CHECKING:
+    from captioning.inference.evaluation import Evaluation
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -38,7 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         type=path_arg,
         default=None,
         help="where results.json and scores.json go (default: "
-        "outputs/evaluate/<checkpoint stem>/<data>-<split>-beam<K>)",
+        "outputs/evaluate/<checkpoint stem>/<data>-<split>-beam<K>-<8 hex digits of the checkpoints' paths "
+        "and every setting>)",
     )
     parser.add_argument(
         "--seed",
@@ -59,12 +66,25 @@ def check_args(args: argparse.Namespace) -> str | None:
     return merge_into_overrides(args)
 
 
-def default_out_dir(checkpoints: list[Path], data: str, split: str, num_beams: int) -> Path:
+def default_out_dir(checkpoints: list[Path], data: str, split: str, evaluation: Evaluation) -> Path:
     """Under outputs/ (never beside the checkpoint, which may be read-only or shared); an ensemble's
-    folder joins its members' stems with '+'."""
+    folder joins its members' stems with '+'. The name ends with 8 hex digits of what the results depend
+    on (the checkpoints' resolved paths, the data, the split, every decoding and reranking setting, the
+    seed): two runs' last.ckpt, or one checkpoint at two length penalties, never share a folder, while
+    the same evaluation again writes where it wrote before."""
     from captioning.checkpoints.ensemble import members_stem
 
-    return Path("outputs") / "evaluate" / members_stem(checkpoints) / f"{data}-{split}-beam{num_beams}"
+    what = {
+        "checkpoints": [str(Path(c).resolve()) for c in checkpoints],
+        "data": data,
+        "split": split,
+        "decoding": evaluation.decoding,
+        "rerank": evaluation.rerank,
+        "seed": evaluation.seed,
+    }
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    name = f"{data}-{split}-beam{evaluation.decoding['num_beams']}-{digest}"
+    return Path("outputs") / "evaluate" / members_stem(checkpoints) / name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,9 +98,7 @@ def run(args: argparse.Namespace) -> int:
     except (*user_errors(), ValueError, RuntimeError) as err:  # e.g. a decoding value a check refused
         print(f"captioning evaluate: error: {one_line(err)}", file=sys.stderr)
         return 2
-    out_dir = args.out_dir or default_out_dir(
-        args.checkpoint, data_name, cfg.split, evaluation.decoding["num_beams"]
-    )
+    out_dir = args.out_dir or default_out_dir(args.checkpoint, data_name, cfg.split, evaluation)
     # The scores first: a bad --out-dir loses none of them.
     print(format_evaluation(evaluation, out_dir / "results.json"))
     for line in evaluation.decoded.skipped:  # unreadable images were left out of the scores

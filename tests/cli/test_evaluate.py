@@ -124,3 +124,21 @@ def test_evaluate_refuses_an_out_dir_that_is_a_file_before_decoding(
     ]
     assert captioning_main(argv) == 2
     assert_one_line(capsys.readouterr().err, f"--out-dir {target}: is a file")
+
+
+def test_the_default_out_dir_is_one_per_checkpoint_and_setting(tmp_path) -> None:
+    # Two runs' last.ckpt, or one checkpoint at two settings, never share the default folder (one would
+    # replace the other's results); the same evaluation again writes where it wrote before.
+    from types import SimpleNamespace
+
+    from captioning.cli.evaluate import default_out_dir
+
+    def folder(run: str, seed: int = 0, **decoding) -> str:
+        evaluation = SimpleNamespace(decoding={"num_beams": 3, **decoding}, rerank=None, seed=seed)
+        return str(default_out_dir([tmp_path / run / "last.ckpt"], "flickr8k", "test", evaluation))
+
+    a = folder("runA")
+    assert re.fullmatch(r"outputs/evaluate/last/flickr8k-test-beam3-[0-9a-f]{8}", a)
+    others = {folder("runB"), folder("runA", length_penalty=0.5), folder("runA", seed=1)}
+    assert len(others) == 3 and a not in others
+    assert folder("runA") == a
