@@ -149,14 +149,17 @@ def is_overlay_folder(text: str) -> bool:
 
 def overlay_paths(out: Path, names: list[str], folder: bool = False) -> list[Path]:
     """One overlay path per image: OUT.png itself for one image, OUT-<i>-<stem>.png for several; in a
-    folder, <stem>.png (<stem>-<i>.png for a stem met before: a/x.jpg and b/x.png)."""
+    folder, <stem>.png, and <stem>-<i>.png for a name already given (a/x.jpg and b/x.png), again until it
+    is new (c/x-01.jpg beside them). Names are compared as a case-insensitive file system would."""
     if folder:
-        seen: set[str] = set()
+        used: set[str] = set()
         paths = []
         for i, n in enumerate(names):
-            stem = Path(n).stem
-            paths.append(out / (f"{stem}.png" if stem not in seen else f"{stem}-{i:02d}.png"))
-            seen.add(stem)
+            name = f"{Path(n).stem}.png"
+            while name.casefold() in used:  # each try is longer: it ends
+                name = f"{Path(name).stem}-{i:02d}.png"
+            used.add(name.casefold())
+            paths.append(out / name)
         return paths
     if len(names) == 1:
         return [out]

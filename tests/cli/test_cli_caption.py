@@ -96,6 +96,11 @@ def test_overlay_paths_of_one_pattern_are_numbered_and_named_and_documented(tmp_
         tmp_path / "x.png",
         tmp_path / "x-01.png",
     ]
+    # a later file named like a numbered one, and a name differing only in case, get names of their own
+    names = ["a/x.jpg", "b/x.jpg", "c/x-01.jpg", "d/X.JPG"]
+    assert [p.name for p in overlay_paths(tmp_path, names, folder=True)] == [
+        "x.png", "x-01.png", "x-01-02.png", "X-03.png",
+    ]  # fmt: skip
     helptext = " ".join(build_parser()._subparsers._group_actions[0].choices["caption"].format_help().split())
     assert "OUT-NN-NAME.png" in helptext and "NAME.png inside it" in helptext
 
