@@ -24,6 +24,7 @@ from captioning.checkpoints.load import (  # noqa: F401 - FORMAT, is_export, rea
     checkpoint_parts,
     is_export,
     load_checkpoint,
+    network_config,
     read_checkpoint,
     read_export,
 )
@@ -145,18 +146,22 @@ def _without_encoder(state: dict, meta: dict, path: Path) -> tuple[dict, dict]:
     tensors it supplies, and loads the stored ones over them (``load.checkpoint_from_state``)."""
     import hydra
     import torch
-    from omegaconf import OmegaConf
 
     from captioning.hashing import tensors_hash
 
-    encoder_cfg = OmegaConf.to_container(OmegaConf.create(meta["net_config"]).get("encoder", {}))
+    encoder_cfg = dict(network_config(meta, path)["encoder"])  # today's names, as loading reads them
     if not encoder_cfg.get("pretrained"):
         raise CheckpointError(
             f"{path}: encoder_by_name needs a pretrained encoder (its weights from a package); this one is "
             f"{encoder_cfg.get('_target_')} with pretrained={encoder_cfg.get('pretrained')}"
         )
-    # the package's weights, built as loading builds them
-    packaged = hydra.utils.instantiate(encoder_cfg).state_dict()
+    try:  # the package's weights, built as loading builds them
+        packaged = hydra.utils.instantiate(encoder_cfg).state_dict()
+    except Exception as err:  # noqa: BLE001 - e.g. the weight package is not installed: one line
+        reason = " ".join(str(getattr(err, "__cause__", None) or err).split())[:300]
+        raise CheckpointError(
+            f"{path}: encoder_by_name: its pretrained encoder cannot be built: {reason}"
+        ) from err
     encoder = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
     unchanged = {k: v for k, v in encoder.items() if k in packaged and torch.equal(v, packaged[k])}
     if not any(v.is_floating_point() for v in unchanged.values()):  # BatchNorm's counters alone: nothing

@@ -111,7 +111,9 @@ def _check_plain_yaml(text: str, path: Path) -> None:
         ) from err
 
 
-def _network_config(meta: dict, path: Path) -> dict:
+def network_config(meta: dict, path: Path) -> dict:
+    """A checkpoint's network config, checked (plain YAML, registered targets, sizes in bounds) and in
+    today's names and defaults (``captioning.models.legacy``)."""
     text = meta.get("net_config")
     if not isinstance(text, str | dict):
         raise CheckpointError(f"{path}: '{CHECKPOINT_KEY}.net_config' is missing or not YAML text")
@@ -215,7 +217,7 @@ def checkpoint_from_state(state: dict, meta: dict, path: Path) -> LoadedCheckpoi
         vocab = Vocab.from_dict(meta["vocab"])
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: the '{CHECKPOINT_KEY}' entry is incomplete: {err}") from err
-    net_config = _network_config(meta, path)
+    net_config = network_config(meta, path)
     encoder_cfg = dict(net_config["encoder"])
     by_name = meta.get("encoder_weights")  # an export that references its pretrained encoder
     if "pretrained" in encoder_cfg and not by_name:

