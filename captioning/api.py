@@ -166,7 +166,9 @@ def run_evaluation(
         )
     if out_dir is not None:  # before the decoding: a read-only folder, results.json a model file ...
         evaluation_outputs(out_dir, checkpoints, check_folder=True)
-    resolve_device(cfg.device)  # a bad device= is one line naming it, before any work
+    device = str(
+        resolve_device(cfg.device)
+    )  # a bad device= is one line naming it, before any work; auto: which
     source = build_source(cfg.data, cfg.split)
     rerank = hydra.utils.instantiate(cfg.rerank) if cfg.get("rerank") is not None else None
     bank_source = build_source(cfg.data, "train") if rerank is not None else None  # whose captions vote
@@ -178,7 +180,7 @@ def run_evaluation(
         tokenizer=cfg.tokenizer,
         batch_size=cfg.batch_size,
         cache_dir=cfg.paths.cache if cfg.feature_cache else None,
-        device=cfg.device,
+        device=device,
         rerank=rerank,
         bank_source=bank_source,
         seed=seed,

@@ -96,6 +96,15 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise ValueError(f"device={given!r}: expected cpu, cuda, cuda:N, mps or auto")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device}: CUDA is not available on this machine (use 'cpu' or 'auto')")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"device={device}: this machine has {torch.cuda.device_count()} GPU(s), cuda:0 to "
+            f"cuda:{torch.cuda.device_count() - 1}"
+        )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(
+            f"device={device}: Apple's MPS is not available on this machine (use 'cpu' or 'auto')"
+        )
     return device
 
 

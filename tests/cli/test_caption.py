@@ -65,6 +65,8 @@ def test_sampling_flags_work_with_a_beam_search_checkpoint(good_checkpoint, phot
         (["--do-sample", "--temperature", "inf"], "temperature=inf"),
         (["--do-sample", "--seed", "99999999999999999999999"], "--seed"),
         (["--device", "meta"], "device='meta'"),
+        (["--device", "mps"], "device=mps"),  # not on this machine: one line, not torch's traceback
+        (["--device", "cuda:7"], "device=cuda:7"),  # no CUDA, or fewer GPUs than 8
     ],
 )
 def test_more_bad_flags_are_one_line(flags, fragment, good_checkpoint, photo, capsys) -> None:

@@ -50,8 +50,9 @@ def test_an_unwritable_out_dir_is_refused_before_any_work(
         ("+bogus=1", "bogus: unknown top-level key(s)"),
         ("data.test.seed=abc", "data.test.seed='abc': expected an integer"),
         ("batch_size=0", "batch_size=0: expected an integer >= 1"),
+        ("device=mps", "device=mps: Apple's MPS is not available"),
     ],
-    ids=["bool", "unknown-key", "data-type", "batch-size"],
+    ids=["bool", "unknown-key", "data-type", "batch-size", "device"],
 )
 def test_evaluate_checks_its_config_like_training_does(
     override, fragment, good_checkpoint, tmp_path, capsys
@@ -142,3 +143,10 @@ def test_the_default_out_dir_is_one_per_checkpoint_and_setting(tmp_path) -> None
     others = {folder("runB"), folder("runA", length_penalty=0.5), folder("runA", seed=1)}
     assert len(others) == 3 and a not in others
     assert folder("runA") == a
+
+
+def test_evaluate_on_device_auto_runs_where_auto_resolves(good_checkpoint, tmp_path, capsys) -> None:
+    # device=auto passed the check and then reached torch as "auto": the resolved device is the one used.
+    argv = ["evaluate", "--checkpoint", str(good_checkpoint), "--out-dir", str(tmp_path / "ev")]
+    assert captioning_main([*argv, "data.test.num_images=2", "tokenizer=simple", "device=auto"]) == 0
+    assert (tmp_path / "ev" / "scores.json").is_file()
