@@ -34,7 +34,7 @@ class ImageError(ValueError, UserError):
     """An image file that cannot be used, with its path and the reason."""
 
 
-def _upright(img: Image.Image, path: Path | str) -> Image.Image:
+def upright(img: Image.Image, path: Path | str) -> Image.Image:
     """Apply the EXIF orientation; broken EXIF metadata leaves the (readable) pixels as stored."""
     try:
         return ImageOps.exif_transpose(img)
@@ -84,7 +84,7 @@ def _decode(source: Path | BinaryIO, name: str, max_pixels: int) -> Image.Image:
                     f"{name}: {img.width}×{img.height} pixels is more than the {max_pixels:,} allowed"
                 )
             img.load()  # decode now: a corrupt pixel stream must fail here, not be half-read later
-            rgb = to_rgb(_upright(img, name), name=name)
+            rgb = to_rgb(upright(img, name), name=name)
         for message in dict.fromkeys(" ".join(str(w.message).split()) for w in caught):
             _log.warning("%s: %s (metadata ignored, the pixels are read as stored)", name, message)
         return rgb

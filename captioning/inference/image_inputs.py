@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from captioning.data.images import decode_rgb, load_rgb, to_rgb
+from captioning.data.images import decode_rgb, load_rgb, to_rgb, upright
 
 # bytes: a path (os.fsencode) or, with a NUL byte no path can hold, an image file's encoded bytes;
 # a binary file object (open(..., "rb"), io.BytesIO) is read as an encoded image too.
@@ -57,32 +57,12 @@ def _as_pil(image: ImageInput) -> Image.Image:
         except (OSError, SyntaxError, ValueError, EOFError) as err:
             name = getattr(image, "filename", "") or "a PIL image"
             raise ValueError(f"{name}: the PIL image cannot be decoded ({err})") from err
-        return to_rgb(image)
+        # upright as a path is read (Image.open keeps the EXIF orientation unapplied): the same caption
+        return to_rgb(upright(image, getattr(image, "filename", "") or "a PIL image"))
     if isinstance(image, torch.Tensor):
         if image.dim() != 3 or image.shape[0] not in (1, 3) or image.shape[1] < 1 or image.shape[2] < 1:
             raise ValueError(f"an image tensor must be (3, H, W) or (1, H, W), got {tuple(image.shape)}")
-        array = image.detach().cpu()
-        if array.is_floating_point():  # floats mean [0, 1]; anything else would silently clip
-            if not torch.isfinite(array).all():
-                raise ValueError("an image tensor has NaN/inf values; expected floats in [0, 1]")
-            lo, hi = float(array.min()), float(array.max())
-            if lo < -1e-3 or hi > 1 + 1e-3:
-                raise ValueError(
-                    f"a float image tensor must hold values in [0, 1], got [{lo:.3g}, {hi:.3g}] "
-                    "(divide 0-255 data by 255, or pass a uint8 tensor)"
-                )
-        elif array.dtype != torch.uint8:  # integers are 0-255 pixel values; a cast would wrap the others
-            if array.dtype == torch.bool or array.is_complex():
-                raise ValueError(
-                    f"an image tensor of {array.dtype} cannot be pixels; expected uint8 or floats in [0, 1]"
-                )
-            lo, hi = int(array.min()), int(array.max())
-            if lo < 0 or hi > 255:
-                raise ValueError(
-                    f"an integer image tensor must hold values in [0, 255], got [{lo}, {hi}] "
-                    "(rescale 16-bit data, or pass floats in [0, 1])"
-                )
-        array = (array.float().clamp(0, 1) * 255).round().byte() if array.is_floating_point() else array
+        array = _checked_uint8(image.detach().cpu(), "an image tensor")
         return Image.fromarray(array.expand(3, -1, -1).permute(1, 2, 0).numpy().astype(np.uint8))
     if isinstance(image, np.ndarray):
         if image.dtype.kind not in "biuf":  # objects, strings, complex: no pixel values
@@ -90,15 +70,11 @@ def _as_pil(image: ImageInput) -> Image.Image:
                 f"an image array of dtype {image.dtype} cannot be pixels; expected uint8 or floats in [0, 1]"
             )
         shape_ok = image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (1, 3, 4))
-        if shape_ok and image.size and image.dtype != np.uint8 and image.dtype.kind in "biuf":  # as a tensor:
+        if shape_ok and image.size and image.dtype != np.uint8:  # a tensor's checks of range and type
             if image.dtype.kind == "u":  # torch has no min/max for uint16/32/64
                 image = image.astype(np.int64)
-            return _as_pil(
-                torch.from_numpy(
-                    np.ascontiguousarray(image if image.ndim == 3 else image[..., None])
-                ).permute(2, 0, 1)[:3]
-            )  # the same checks of range and type; fmt: skip
-        if image.ndim == 2 or (image.ndim == 3 and image.shape[2] in (1, 3, 4)):
+            image = _checked_uint8(torch.from_numpy(np.ascontiguousarray(image)), "an image array").numpy()
+        if shape_ok:  # 8-bit now: an alpha channel is composited on white (to_rgb), as for a PNG
             return to_rgb(
                 Image.fromarray(image.squeeze(-1) if image.ndim == 3 and image.shape[2] == 1 else image)
             )
@@ -107,6 +83,32 @@ def _as_pil(image: ImageInput) -> Image.Image:
         f"cannot caption a {type(image).__name__}: give a path, PIL image, tensor, array, binary file or "
         "image bytes"
     )
+
+
+def _checked_uint8(array: torch.Tensor, what: str) -> torch.Tensor:
+    """Pixel values as uint8: floats must lie in [0, 1] and integers in [0, 255] (nothing clipped or
+    wrapped silently); booleans and complex numbers are refused. ``what`` names the input in the errors."""
+    if array.is_floating_point():  # floats mean [0, 1]; anything else would silently clip
+        if not torch.isfinite(array).all():
+            raise ValueError(f"{what} has NaN/inf values; expected floats in [0, 1]")
+        lo, hi = float(array.min()), float(array.max())
+        if lo < -1e-3 or hi > 1 + 1e-3:
+            raise ValueError(
+                f"a float {what.removeprefix('an ')} must hold values in [0, 1], got [{lo:.3g}, {hi:.3g}] "
+                "(divide 0-255 data by 255, or pass a uint8 tensor)"
+            )
+        return (array.float().clamp(0, 1) * 255).round().byte()
+    if array.dtype != torch.uint8:  # integers are 0-255 pixel values; a cast would wrap the others
+        if array.dtype == torch.bool or array.is_complex():
+            raise ValueError(f"{what} of {array.dtype} cannot be pixels; expected uint8 or floats in [0, 1]")
+        lo, hi = int(array.min()), int(array.max())
+        if lo < 0 or hi > 255:
+            raise ValueError(
+                f"an integer {what.removeprefix('an ')} must hold values in [0, 255], got [{lo}, {hi}] "
+                "(rescale 16-bit data, or pass floats in [0, 1])"
+            )
+        return array.to(torch.uint8)
+    return array
 
 
 def failure_reason(err: BaseException, name: str) -> str:

@@ -150,3 +150,24 @@ def test_the_api_names_bad_paths_and_never_overlays_onto_its_image(good_checkpoi
         result.overlay(photo, 123)
     with pytest.raises(ValueError, match=re.escape("an image of 0x0 pixels has nothing to caption")):
         model.caption(Image.new("RGBA", (0, 0)))
+
+
+def test_a_pil_image_and_a_float_rgba_array_read_as_their_files_do(tmp_path) -> None:
+    # Image.open keeps the EXIF orientation unapplied: the PIL image is turned upright as the path is.
+    # A float RGBA array's transparency is composited on white, as a uint8 one's (and a PNG's) is.
+    from captioning.inference.image_inputs import as_pil
+
+    from support.corpus import exif_jpeg
+
+    exif_jpeg(tmp_path / "rotated.jpg", orientation=6)  # stored 48x32, shown 32x48
+    from_path = as_pil(tmp_path / "rotated.jpg")
+    with Image.open(tmp_path / "rotated.jpg") as opened:
+        from_pil = as_pil(opened)
+    assert from_path.size == from_pil.size == (32, 48)
+    assert np.array_equal(np.asarray(from_path), np.asarray(from_pil))
+
+    rgba = np.zeros((4, 4, 4), dtype=np.float32)  # black and fully transparent
+    rgba[:2, :, 0], rgba[:2, :, 3] = 1.0, 1.0  # the top half opaque red
+    as_float, as_bytes = (np.asarray(as_pil(a)) for a in (rgba, (rgba * 255).astype(np.uint8)))
+    assert np.array_equal(as_float, as_bytes)
+    assert as_float[0, 0].tolist() == [255, 0, 0] and as_float[3, 3].tolist() == [255, 255, 255]
