@@ -113,8 +113,9 @@ def _is_dir(path: Path) -> bool:
 
 
 def expand_inputs(items: list[str]) -> list[Path]:
-    """Files as given; folders as their image files (sorted); globs expanded (sorted). A folder or glob
-    that matches nothing is kept as given, so that it is reported as an error. Files of a folder left out
+    """Files as given; folders as their image files (sorted); globs expanded (sorted), a folder they match
+    read as a folder given. A folder or glob that matches nothing is kept as given, so that it is
+    reported as an error. Files of a folder left out
     for their suffix are named on stderr, so that nothing is dropped without a word."""
     out: list[Path] = []
     for item in items:
@@ -135,8 +136,8 @@ def expand_inputs(items: list[str]) -> list[Path]:
                     file=sys.stderr,
                 )
             out += found or [path]
-        elif GLOB_CHARS & set(item) and not path.exists():
-            out += [Path(p) for p in sorted(glob.glob(item))] or [path]
+        elif GLOB_CHARS & set(item) and not path.exists():  # a folder it matches: its images, as given
+            out += expand_inputs(sorted(glob.glob(item))) or [path]
         else:
             out.append(path)
     return out

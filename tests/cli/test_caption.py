@@ -74,6 +74,17 @@ def test_more_bad_flags_are_one_line(flags, fragment, good_checkpoint, photo, ca
     assert_one_line(capsys.readouterr().err, fragment)
 
 
+def test_a_folder_a_glob_matches_is_read_as_a_folder_given(good_checkpoint, photo, tmp_path, capsys):
+    # 'shots/*' matching shots/2020/ reads its images, as the shell's expansion (shots/2020) would.
+    (tmp_path / "shots" / "2020").mkdir(parents=True)
+    photo.rename(tmp_path / "shots" / "2020" / "photo.png")
+    assert (
+        captioning_main(["caption", str(tmp_path / "shots" / "*"), "--checkpoint", str(good_checkpoint)]) == 0
+    )
+    out, err = capsys.readouterr()
+    assert str(tmp_path / "shots" / "2020" / "photo.png") in out and err == ""
+
+
 def test_files_a_folder_leaves_out_for_their_suffix_are_named(good_checkpoint, photo, tmp_path, capsys):
     folder = tmp_path / "shots"
     folder.mkdir()
