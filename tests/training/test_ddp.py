@@ -12,6 +12,7 @@ import os
 import random
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from statistics import mean
 
@@ -127,9 +128,9 @@ RESUMED_RUN = [*TINY, "trainer.max_epochs=2", "trainer.enable_progress_bar=false
 RESUMED_STEPS = 16
 
 
-def _ddp_run(run_dir: Path, warn_at: int = -1) -> int:
-    """The 2-process run from the entry point in ``run_dir``, SLURM's warning signal at step ``warn_at``;
-    its exit status."""
+def _ddp_run(run_dir: Path, warn_at: int = -1, trainer: list[str] = DDP) -> int:
+    """The 2-process run (or ``trainer``'s) from the entry point in ``run_dir``, SLURM's warning signal at
+    step ``warn_at``; its exit status."""
     tests = Path(__file__).resolve().parents[1]
     env = {
         **os.environ,
@@ -141,7 +142,7 @@ def _ddp_run(run_dir: Path, warn_at: int = -1) -> int:
         sys.executable,
         "-m",
         "captioning.training.train",
-        *DDP,
+        *trainer,
         *RESUMED_RUN,
         f"+callbacks.signal_at={callback}",
         "allowed_targets=[support]",
@@ -185,6 +186,31 @@ def test_a_requeued_ddp_run_resumes_mid_epoch_and_ends_with_the_uninterrupted_ru
     assert moments[0].keys() == moments[1].keys()
     for index, state in moments[0].items():
         assert all(torch.equal(moments[1][index][k], v) for k, v in state.items()), (index, step)
+
+
+@pytest.mark.slow
+def test_a_ddp_run_requeued_onto_one_process_trains_exactly_the_rest_of_its_epoch(
+    tmp_path, fake_slurm, monkeypatch
+):
+    """Saved by 2 processes mid-epoch, resumed by 1 (a requeue onto fewer GPUs): the checkpoint counts the
+    epoch order's positions trained, so the one process trains the rest of that order, every caption of
+    the epoch once (data/resumable.py); it used to skip only its own share's batch count, training part
+    of the epoch twice."""
+    step = random.Random().randrange(1, 6)  # inside the first epoch of 8 steps a process
+    requeued = tmp_path / "requeued"
+    assert _ddp_run(requeued, step) == 143
+    saved = torch.load(requeued / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    one = ["trainer.accelerator=cpu", "trainer.precision=32-true", "trainer.devices=1"]
+    assert _ddp_run(requeued, trainer=one) == 0
+    before = [ids for rank in (0, 1) for s, ids in read_draws(f"{requeued}.draws", rank).items() if s < saved]
+    after_steps = -(-(120 - saved * 16) // 8)  # the 120 - 16·saved captions left, in batches of 8
+    resumed = read_draws(f"{requeued}.draws", 0)  # rank 0 of the second run wrote after the first's lines
+    after = [resumed[s] for s in range(saved, saved + after_steps)]
+    counts = Counter(i for ids in before + after for i in ids)
+    assert sorted(counts.values()) == [5] * 24, (step, saved)  # each scene's 5 captions, each once
+    end = torch.load(requeued / "checkpoints" / "last.ckpt", weights_only=True)["global_step"]
+    assert end == saved + after_steps + 15  # the second epoch: 120 captions in batches of 8, one process
 
 
 def test_trainer_configs_compose():
