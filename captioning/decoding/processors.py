@@ -34,7 +34,8 @@ def banned_ngram_mask(history: Tensor, n: int, vocab_size: int) -> Tensor:
     The last n-1 words are compared with every earlier (n-1)-prefix at once: history (N, t) unfolds into
     its t-n+1 n-grams (N, t-n+1, n); a prefix match bans that n-gram's last word."""
     rows, t = history.shape
-    banned = torch.zeros(rows, vocab_size, device=history.device)
+    # float32 counts whatever the default dtype (Lightning's bf16-true sets it to bf16 inside a step)
+    banned = torch.zeros(rows, vocab_size, device=history.device, dtype=torch.float32)
     if n < 1 or t < n:  # an n-gram needs n words; the next word would make the (t+1)-th
         return banned.bool()
     grams = history.unfold(1, n, 1)  # (N, t-n+1, n)

@@ -77,6 +77,9 @@ def check_before_data(cfg: DictConfig) -> Start:
     else:
         check_init_from(cfg.get("init_from"))  # a starting checkpoint that cannot even be read
     check_fresh_run_dir(cfg.output_dir, ckpt_path)  # a reused run folder: never overwrite its checkpoints
+    note = low_precision_note(cfg)
+    if note:
+        print(note, file=sys.stderr)
     for folder in checkpoint_folders(cfg):  # a write a kill interrupted: its target is rewritten later
         removed = remove_orphan_temps(folder)
         if removed:
@@ -86,6 +89,27 @@ def check_before_data(cfg: DictConfig) -> Start:
                 file=sys.stderr,
             )
     return Start(ckpt_path=ckpt_path)
+
+
+HALF_WEIGHTS = {"bf16-true": 8, "16-true": 11}  # precision -> bits of the weights' significand
+
+
+def low_precision_note(cfg: DictConfig) -> str | None:
+    """One line for a run whose weights and optimizer state are half precision (``trainer.precision``
+    ``bf16-true`` / ``16-true``): an update smaller than a weight's last bit is lost, so a small learning
+    rate (SCST's 2e-5, a cosine schedule's tail) may train little or nothing, where the CPU's float32 run
+    trains. Said, not refused: memory can make it the only way to fit a model."""
+    precision = str(cfg.get("trainer", {}).get("precision"))
+    bits = HALF_WEIGHTS.get(precision)
+    if bits is None:
+        return None
+    lr = cfg.get("model", {}).get("optimizer", {}).get("lr")
+    return (
+        f"note: trainer.precision={precision} keeps the weights and the optimizer's state in "
+        f"{precision.removesuffix('-true')} ({bits} significant bits): a step smaller than ~2^-{bits} of a weight "
+        f"is lost, so lr={lr} may train less than in float32; trainer.precision="
+        f"{'bf16' if precision.startswith('bf16') else '16'}-mixed keeps float32 weights"
+    )
 
 
 def check_model_config(cfg: DictConfig) -> None:

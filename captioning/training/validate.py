@@ -164,6 +164,14 @@ def check_config(cfg: DictConfig) -> None:
                 | {"val/loss", "val/xent"}
             )
             problems.append(f"callbacks.{name}.monitor={monitor!r}: expected one of {', '.join(known)}")
+    if _get(cfg, "trainer.strategy.find_unused_parameters") is False and (
+        _get(cfg, "model.decoder.attention.baseline") == "learned"
+    ):  # DDP raises "Expected to have finished reduction" at the second step otherwise
+        problems.append(
+            "trainer.strategy.find_unused_parameters=False: model.decoder.attention.baseline=learned trains a "
+            "value head that semi-sampling's soft batches (and SCST) leave without a gradient, which DDP "
+            "refuses; expected trainer.strategy.find_unused_parameters=true"
+        )
     problems += _unknown_keys(cfg, TOP_LEVEL_KEYS)
     problems += _group_type_problems(cfg, ("data", "model", "trainer", "callbacks", "logger"), problems)
     lr, scale = _get(cfg, "model.optimizer.lr"), _get(cfg, "model.encoder.lr_scale")

@@ -27,6 +27,10 @@ ROUND2_TRAIN = {
     "no_images": (["data.train.num_images=0"], "data.train.num_images=0"),
     "scst_without_init": (["objective=scst"], "objective=scst starts from a cross-entropy checkpoint"),
     "precision": (["trainer.precision=bogus"], "trainer: Precision 'bogus' is invalid"),
+    "ddp_value_head": (
+        ["trainer=ddp", "model/decoder/attention=hard_reinforce", "model.decoder.attention.baseline=learned"],
+        "model.decoder.attention.baseline=learned trains a value head",
+    ),
 }
 
 
@@ -281,3 +285,25 @@ def test_a_callback_refusing_its_arguments_is_one_config_error_line(tmp_path) ->
         train(cfg)
     assert "every_n_steps=-1" in str(info.value) and "\n" not in str(info.value), str(info.value)
     assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    ("precision", "expected"),
+    [
+        ("bf16-true", "bf16 (8 significant bits)"),
+        ("16-true", "16 (11 significant bits)"),
+        ("bf16-mixed", None),
+    ],
+)
+def test_half_precision_weights_are_said_at_start_with_the_learning_rate(precision, expected) -> None:
+    # bf16-true trains on bf16 weights and AdamW state: SCST's lr 2e-5 is below a weight's last bit, so
+    # the run may silently learn nothing; one line says so (not refused: memory may leave no choice).
+    from captioning.training.startup import low_precision_note
+
+    cfg = compose_train([*TINY, f"trainer.precision={precision}", "model.optimizer.lr=2e-5"])
+    note = low_precision_note(cfg)
+    if expected is None:
+        assert note is None
+    else:
+        assert note.startswith(f"note: trainer.precision={precision}") and expected in note
+        assert "lr=2e-05" in note and "-mixed keeps float32 weights" in note

@@ -8,6 +8,7 @@ give exactly the same numbers.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import subprocess
@@ -264,3 +265,18 @@ def test_bf16_training_run_on_cpu(tmp_path):
     best = train(cfg)
     model = load_checkpoint(best)  # fp32 weights in the checkpoint, whatever the training precision
     assert all(p.dtype == torch.float32 for p in model.net.parameters())
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_bf16_true_trains_and_validates_every_decoder(decoder, tmp_path):
+    # Weights in bf16 and the default dtype bf16 inside a step: float32 position codes and the n-gram
+    # blocking's counts must meet them in their dtype (a dtype error at the first step or validation).
+    cfg = compose_train(
+        [*TINY, f"model/decoder={decoder}", "trainer.precision=bf16-true", "trainer.max_epochs=1",
+         "+trainer.limit_train_batches=2", "model.decoding.no_repeat_ngram_size=2",
+         "trainer.enable_progress_bar=false"],
+        tmp_path,
+    )  # fmt: skip
+    train(cfg)
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["finished"] and run["global_step"] == 2

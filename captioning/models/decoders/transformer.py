@@ -217,7 +217,10 @@ class TransformerDecoder(Decoder):
             memory = self.memory_norm(self.memory_proj(grid))  # (B, L, D)
         else:
             pos = self.grid_positions(side, features.device)  # (L, D)
-            memory = self.memory_norm(self.memory_proj(features) + pos)  # (B, L, D)
+            projected = self.memory_proj(features)  # (B, L, D)
+            memory = self.memory_norm(
+                projected + pos.to(projected.dtype)
+            )  # float32 codes: the weights' dtype
         for layer in self.memory_layers:
             memory = layer(memory, mask)  # (B, L, D)
         return self.memory_final_norm(memory)
@@ -241,7 +244,7 @@ class TransformerDecoder(Decoder):
         x = self.embedding(tokens) * math.sqrt(self.embed_dim)  # (B, T, D)
         if self.token_positions:
             positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)  # (T,)
-            x = x + sinusoidal_1d(positions, self.embed_dim)  # (B, T, D)
+            x = x + sinusoidal_1d(positions, self.embed_dim).to(x.dtype)  # (B, T, D); bf16 weights stay bf16
         return self.dropout(x)
 
     def _select(self, weights: Tensor) -> Tensor:

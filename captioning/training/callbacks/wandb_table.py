@@ -72,7 +72,9 @@ def first_examples(dataset, num_images: int) -> list[Example]:
 def caption_examples(pl_module: pl.LightningModule, examples: list[Example]) -> list[Captioned]:
     """Decode the examples with ``pl_module.net``, its vocabulary and its validation decoding settings."""
     if examples[0].inputs is not None:
-        inputs = torch.stack([ex.inputs for ex in examples]).to(pl_module.device)  # (B, 3, S, S)
+        inputs = torch.stack([ex.inputs for ex in examples]).to(
+            pl_module.device, pl_module.dtype
+        )  # (B, 3, S, S)
         decoded = decode_captions(pl_module.net, pl_module.vocab, inputs, **pl_module.decoding)
     else:  # a feature cache: the module's CachedEncoder has their features
         features = pl_module.cached_encoder.lookup([ex.key for ex in examples]).to(
