@@ -166,9 +166,8 @@ def run_evaluation(
         )
     if out_dir is not None:  # before the decoding: a read-only folder, results.json a model file ...
         evaluation_outputs(out_dir, checkpoints, check_folder=True)
-    device = str(
-        resolve_device(cfg.device)
-    )  # a bad device= is one line naming it, before any work; auto: which
+    # a bad device= is one line naming it, before any work; "auto" becomes the device it means
+    device = str(resolve_device(cfg.device))
     source = build_source(cfg.data, cfg.split)
     rerank = hydra.utils.instantiate(cfg.rerank) if cfg.get("rerank") is not None else None
     bank_source = build_source(cfg.data, "train") if rerank is not None else None  # whose captions vote

@@ -124,9 +124,8 @@ class ConsensusReranker:
             )
         self.config, self.bank = config, bank
         self.cider = CiderD(bank.captions)  # document frequencies of the bank's (training) references
-        self._generators: dict[
-            torch.device, torch.Generator
-        ] = {}  # per device: sampling on a GPU needs its own
+        # the sampler's generator per device: sampling on a GPU needs one of its own there
+        self._generators: dict[torch.device, torch.Generator] = {}
         self._voices: dict[int, list[Weighted]] = {}  # bank image -> its captions' vectors, once each
 
     def generator(self, device: torch.device) -> torch.Generator:

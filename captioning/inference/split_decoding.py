@@ -32,6 +32,7 @@ from captioning.decoding import GenerationConfig
 from captioning.inference.batch_decoder import BatchDecoder
 from captioning.inference.caption_bank import CaptionBank, pooled
 from captioning.inference.consensus import ConsensusReranker
+from captioning.writes import folder_problem
 
 
 @dataclass
@@ -81,7 +82,10 @@ def readable_images(
     lines go to ``skipped`` and the cache gets the others. Without a cache each image is read as it comes."""
     if feature_cache is None or not isinstance(source, RecordSource):
         return source, list(range(len(source)))  # synthetic scenes, views: nothing on disk to check
-    bad = check_images([r.path for r in source.records], feature_cache.cache_dir)
+    # verdicts stored beside the features when that folder is writable; a read-only (shared) cache that
+    # holds every grid still serves evaluation, its images checked afresh
+    verdicts = None if folder_problem(feature_cache.cache_dir, keep=True) else feature_cache.cache_dir
+    bad = check_images([r.path for r in source.records], verdicts)
     skipped.extend(bad[i] for i in sorted(bad))
     keep = [i for i in range(len(source)) if i not in bad]
     subset = RecordSource([source.records[i] for i in keep]) if bad and keep else source
