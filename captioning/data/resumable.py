@@ -90,15 +90,15 @@ class EpochShuffle(DistributedSampler):
 
     def __iter__(self) -> Iterator[int]:
         self._shard()
+        # DistributedSampler's order and padding; in the epoch a run resumed in, what the saving processes'
+        # padded order had left after its first ``samples`` positions, shared among these processes
+        order = torch.randperm(
+            len(self.dataset), generator=torch.Generator().manual_seed(self.seed + self.epoch)
+        )
         resumed = self.resumed if self.resumed is not None and self.resumed.epoch == self.epoch else None
-        if resumed is None:
-            indices = list(super().__iter__())  # DistributedSampler's: padded, every num_replicas-th index
-        else:  # the rest of the order as the saving processes padded it, shared among these processes
-            order = torch.randperm(
-                len(self.dataset), generator=torch.Generator().manual_seed(self.seed + self.epoch)
-            )
-            rest = _padded(order.tolist(), resumed.order_world)[resumed.samples :]
-            indices = _padded(rest, self.num_replicas)[self.rank :: self.num_replicas]
+        start, padded_for = (resumed.samples, resumed.order_world) if resumed else (0, self.num_replicas)
+        rest = _padded(order.tolist(), padded_for)[start:]
+        indices = _padded(rest, self.num_replicas)[self.rank :: self.num_replicas]  # every num_replicas-th
         self.share = len(indices)
         return iter(indices)
 
@@ -133,10 +133,10 @@ class ResumableLoader(DataLoader):
         sampler = self.sampler
         if not isinstance(sampler, EpochShuffle):  # another sampler: its own epochs
             return super().__iter__()
-        where = self._position()
         if sampler.resumed is not None and self._epochs_iterated == 0:  # the first epoch after a resume
             sampler.epoch = sampler.resumed.epoch
         else:
+            where = self._position()
             sampler.epoch = where[0] if where else self._epochs_iterated
         self._epochs_iterated = sampler.epoch + 1
         # the iterator's draw (workers' base seed) from this generator: none from the global one (above)
