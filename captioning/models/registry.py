@@ -11,9 +11,10 @@ uses registered names; ``captioning.models.legacy`` reads earlier versions' name
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T", bound=type)
 
@@ -36,3 +37,35 @@ def register(cls: T | None = None, *, module: str | None = None) -> T | Callable
         return cls
 
     return add if cls is None else add(cls)
+
+
+PLAIN = (type(None), bool, int, float, str)  # the defaults a saved config can state as YAML
+
+
+def constructor_defaults(target: str) -> dict[str, Any]:
+    """The plain-data defaults (None, bool, int, float, str) of the registered class ``target``'s
+    constructor arguments; empty for a name that is not registered."""
+    cls = _CLASSES.get(target)
+    if cls is None:
+        return {}
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {
+        name: p.default
+        for name, p in inspect.signature(cls).parameters.items()
+        if p.kind in named and p.default is not inspect.Parameter.empty and isinstance(p.default, PLAIN)
+    }
+
+
+def with_defaults(node: Any) -> Any:
+    """A copy of the network config ``node`` (dicts and lists) in which every node whose ``_target_`` is
+    registered states each constructor argument it left out, with its default. A checkpoint saved so
+    holds every value its network was built with: a default changed later cannot change what it means,
+    and a key it lacks can only mean a checkpoint of an earlier version (``captioning.models.legacy``)."""
+    if isinstance(node, list):
+        return [with_defaults(value) for value in node]
+    if not isinstance(node, dict):
+        return node
+    filled = {key: with_defaults(value) for key, value in node.items()}
+    for name, default in constructor_defaults(str(node.get("_target_", ""))).items():
+        filled.setdefault(name, default)
+    return filled

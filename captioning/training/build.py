@@ -8,21 +8,22 @@ from omegaconf import DictConfig, OmegaConf
 
 from captioning.data.vocab import Vocab
 from captioning.errors import ConfigError
+from captioning.models.registry import with_defaults
 from captioning.models.size import size_problem
 from captioning.training.lit_module import CaptionLitModule
 
 
 def net_config(model_cfg: DictConfig, vocab_size: int) -> DictConfig:
-    """The CaptionModel's config (encoder + decoder with its vocabulary size), as saved in checkpoints."""
-    net = OmegaConf.create(
-        {
-            "_target_": "captioning.models.caption_model.CaptionModel",
-            "encoder": OmegaConf.to_container(model_cfg.encoder, resolve=True),
-            "decoder": OmegaConf.to_container(model_cfg.decoder, resolve=True),
-        }
-    )
-    net.decoder.vocab_size = vocab_size
-    return net
+    """The CaptionModel's config (encoder + decoder with its vocabulary size), as saved in checkpoints:
+    every constructor argument of every part, the ones the config left to their defaults included."""
+    decoder = OmegaConf.to_container(model_cfg.decoder, resolve=True)
+    decoder["vocab_size"] = vocab_size
+    tree = {
+        "_target_": "captioning.models.caption_model.CaptionModel",
+        "encoder": OmegaConf.to_container(model_cfg.encoder, resolve=True),
+        "decoder": decoder,
+    }
+    return OmegaConf.create(with_defaults(tree))  # every constructor argument stated, defaults included
 
 
 def build_net(model_cfg: DictConfig, vocab_size: int):

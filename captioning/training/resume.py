@@ -13,7 +13,6 @@ number of batches, drawn from a freshly shuffled loader (the sampler position is
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from captioning.checkpoints.save import non_finite_tensors
 from captioning.data.vocab import vocabulary_difference
 from captioning.errors import UserError
 from captioning.models.legacy import canonical_name, modernise_config
-from captioning.models.registry import MODEL_CLASSES
+from captioning.models.registry import constructor_defaults
 
 LAST = "last"
 AUTO = "auto"  # resume if last.ckpt exists, else start; a finished run (run.json) is not trained again
@@ -118,12 +117,7 @@ def _default_of(config: dict[str, Any], key: str) -> Any:
     looked up through the closed registry by its node's ``_target_``; ``<absent>`` when there is none."""
     node, _, name = key.rpartition(".")
     target = canonical_name(str(config.get(f"{node}._target_" if node else "_target_", "")))
-    if target is None:
-        return "<absent>"
-    parameter = inspect.signature(MODEL_CLASSES[target]).parameters.get(name)
-    if parameter is None or parameter.default is inspect.Parameter.empty:
-        return "<absent>"
-    return parameter.default
+    return constructor_defaults(target).get(name, "<absent>") if target else "<absent>"
 
 
 def _config_differences(saved: str | dict | None, current: str) -> list[str]:

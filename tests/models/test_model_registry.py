@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.checkpoints.load import CheckpointError, load_checkpoint
 from captioning.models.attention.soft import AdditiveAttention
 from captioning.models.encoders import SmallCNN
-from captioning.models.registry import MODEL_CLASSES, register
+from captioning.models.registry import MODEL_CLASSES, constructor_defaults, register, with_defaults
+from captioning.training.build import net_config
 
-from support import REPO
+from support import DECODERS, REPO, TINY, compose_train
+from support.corpus import write_checkpoint
 from support.registry import restored_registry
 
 MODELS = REPO / "captioning" / "models"
@@ -99,3 +102,48 @@ def test_a_registered_class_is_rebuilt_from_a_checkpoint_until_the_registry_is_p
     assert PROBE not in MODEL_CLASSES
     with pytest.raises(CheckpointError, match=f"_target_ is '{PROBE}'; only the network classes"):
         load_checkpoint(path)
+
+
+def targets(node) -> list[dict]:
+    """Every node of a config tree that names a class (``_target_``)."""
+    if isinstance(node, list):
+        return [found for value in node for found in targets(value)]
+    if not isinstance(node, dict):
+        return []
+    return [node] * ("_target_" in node) + [found for value in node.values() for found in targets(value)]
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_a_saved_network_config_states_every_constructor_argument(decoder: str) -> None:
+    """A checkpoint's config must say what its network was built with, the defaults included: a key it
+    lacks is then only ever a checkpoint of an earlier version (captioning.models.legacy)."""
+    cfg = compose_train([*TINY, f"model/decoder={decoder}", "model.decoder.dropout=0.3"])
+    saved = OmegaConf.to_container(net_config(cfg.model, 40))
+    nodes = targets(saved)
+    assert len(nodes) >= 3  # the model, its encoder, its decoder (an LSTM's attention layer besides)
+    for node in nodes:
+        defaults = constructor_defaults(node["_target_"])
+        assert defaults.keys() <= node.keys(), f"{node['_target_']} lacks {defaults.keys() - node.keys()}"
+    assert saved["decoder"]["dropout"] == 0.3 and saved["decoder"]["vocab_size"] == 40  # given values kept
+
+
+def test_a_key_a_user_config_leaves_out_is_saved_with_todays_default(tmp_path: Path) -> None:
+    """A user's decoder yaml without ``alibi`` builds a Transformer with ALiBi (today's default); the saved
+    config says so, so loading does not read the missing key as a pre-ALiBi checkpoint's ``False``."""
+    path = write_checkpoint(tmp_path / "own.ckpt", extra=["model/decoder=transformer", "~model.decoder.alibi"])
+    text = torch.load(path, weights_only=True)[CHECKPOINT_KEY]["net_config"]
+    assert OmegaConf.create(text).decoder.alibi is True
+    assert load_checkpoint(path).net.decoder.alibi is True
+
+
+def test_with_defaults_fills_registered_nodes_only() -> None:
+    given = {
+        "_target_": "captioning.models.encoders.SmallCNN",
+        "out_dim": 64,
+        "parts": [{"_target_": "somewhere.Unregistered", "x": 1}, 7],
+    }
+    filled = with_defaults(given)
+    assert filled["out_dim"] == 64 and filled["stride"] == constructor_defaults(given["_target_"])["stride"]
+    assert filled["parts"] == given["parts"]  # an unknown class's node is left as it was
+    assert "stride" not in given  # a copy: the caller's config is unchanged
+    assert constructor_defaults("somewhere.Unregistered") == {}
