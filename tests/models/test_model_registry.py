@@ -130,7 +130,9 @@ def test_a_saved_network_config_states_every_constructor_argument(decoder: str) 
 def test_a_key_a_user_config_leaves_out_is_saved_with_todays_default(tmp_path: Path) -> None:
     """A user's decoder yaml without ``alibi`` builds a Transformer with ALiBi (today's default); the saved
     config says so, so loading does not read the missing key as a pre-ALiBi checkpoint's ``False``."""
-    path = write_checkpoint(tmp_path / "own.ckpt", extra=["model/decoder=transformer", "~model.decoder.alibi"])
+    path = write_checkpoint(
+        tmp_path / "own.ckpt", extra=["model/decoder=transformer", "~model.decoder.alibi"]
+    )
     text = torch.load(path, weights_only=True)[CHECKPOINT_KEY]["net_config"]
     assert OmegaConf.create(text).decoder.alibi is True
     assert load_checkpoint(path).net.decoder.alibi is True
