@@ -2,8 +2,9 @@
 as ``support.preempt.SignalAt`` with ``allowed_targets=[support]`` and ``tests/`` on PYTHONPATH.
 
 It writes each step's images to ``<draws>.rank<R>`` (one JSON line a step) and sends ``signal`` to global
-rank 0 at the end of step ``step``: SIGUSR1, SLURM's time-limit warning (SlurmRequeue acts on it on every
-rank), or SIGTERM, a preemption (Lightning passes it on to the other ranks)."""
+rank ``rank`` (default 0) at the end of step ``step``: SIGUSR1, SLURM's time-limit warning (SlurmRequeue
+acts on it on every rank), or SIGTERM, a preemption (one rank's alone: a process the scheduler signalled
+first, or the only one a user killed)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import pytorch_lightning as pl
 
 
 class SignalAt(pl.Callback):
-    def __init__(self, step: int = -1, draws: str = "", signal: str = "SIGUSR1") -> None:
-        self.step, self.draws, self.signal = step, draws, signal
+    def __init__(self, step: int = -1, draws: str = "", signal: str = "SIGUSR1", rank: int = 0) -> None:
+        self.step, self.draws, self.signal, self.rank = step, draws, signal, rank
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         if self.draws:
@@ -24,7 +25,7 @@ class SignalAt(pl.Callback):
                 out.write(json.dumps([trainer.global_step, list(batch["image_ids"])]) + "\n")
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if trainer.global_step == self.step and trainer.global_rank == 0:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
             os.kill(os.getpid(), signal.Signals[self.signal])
 
 

@@ -129,16 +129,21 @@ RESUMED_RUN = [*TINY, "trainer.max_epochs=2", "trainer.enable_progress_bar=false
 RESUMED_STEPS = 16
 
 
-def _ddp_run(run_dir: Path, warn_at: int = -1, trainer: list[str] = DDP) -> int:
-    """The 2-process run (or ``trainer``'s) from the entry point in ``run_dir``, SLURM's warning signal at
-    step ``warn_at``; its exit status."""
+def _ddp_run(
+    run_dir: Path, warn_at: int = -1, trainer: list[str] = DDP, signal: str = "SIGUSR1", rank: int = 0
+) -> int:
+    """The 2-process run (or ``trainer``'s) from the entry point in ``run_dir``, ``signal`` (SLURM's warning)
+    sent to global rank ``rank`` at step ``warn_at``; its exit status."""
     tests = Path(__file__).resolve().parents[1]
     env = {
         **os.environ,
         "WANDB_MODE": "offline",
         "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")]),
     }
-    callback = f"{{_target_: support.preempt.SignalAt, step: {warn_at}, draws: {run_dir}.draws}}"
+    callback = (
+        f"{{_target_: support.preempt.SignalAt, step: {warn_at}, draws: {run_dir}.draws, signal: {signal}, "
+        f"rank: {rank}}}"
+    )
     cmd = [
         sys.executable,
         "-m",
@@ -187,6 +192,26 @@ def test_a_requeued_ddp_run_resumes_mid_epoch_and_ends_with_the_uninterrupted_ru
     assert moments[0].keys() == moments[1].keys()
     for index, state in moments[0].items():
         assert all(torch.equal(moments[1][index][k], v) for k, v in state.items()), (index, step)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_sigterm_to_one_process_stops_every_process_after_one_batch_with_its_checkpoint(tmp_path, rank):
+    """A preemption's SIGTERM reaches the processes at different points of a step (or one process only,
+    ``kill``): the stop and its save are agreed at a batch's end (callbacks/periodic_checkpoint.py). Sent
+    to rank 1 alone, Lightning's handler and the per-process save met no partner: the run crashed in a
+    collective, with no checkpoint of where it was."""
+    step = random.Random().randrange(1, RESUMED_STEPS - 1)  # not the run's generator: another step each time
+    run = tmp_path / "run"
+    assert _ddp_run(run, step, signal="SIGTERM", rank=rank) == 143
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == step
+    for r in (
+        0,
+        1,
+    ):  # both processes trained up to the batch the signal ended (its step: global_step at start)
+        assert sorted(read_draws(f"{run}.draws", r)) == list(range(step)), (step, r)
+    assert _ddp_run(run, trainer=[*DDP, "ckpt_path=last"]) == 0  # resumed from there to the end
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == RESUMED_STEPS
 
 
 @pytest.mark.slow

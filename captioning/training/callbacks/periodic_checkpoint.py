@@ -15,14 +15,27 @@ A run stopped by ``max_steps`` inside an epoch is saved at its last batch, where
 the epoch finished before ``on_train_end``, so a save there (``ModelCheckpoint(save_last=True)`` makes
 one) would resume a longer run in the next epoch, skipping the rest of this one and its validation
 (with ``max_epochs=1``: training nothing at all).
+
+With several processes a SIGTERM is acted on where all of them agree (``_agree``). Each process notices
+the signal at its own point of a step (a scheduler signals every task, one of them first; ``kill`` reaches
+one), and everything that follows it is collective: the save, and Lightning's own stop, which each
+process takes at the end of the batch in which *it* saw the signal. One process stopping or saving a
+batch before the others left the rest waiting in a collective it never joined (a crash or a hang, and
+no checkpoint). Lightning's notice (its ``_SignalConnector``) also broadcast from inside the signal
+handler, a collective at whatever point the signal interrupted. So the handler here only notes the
+signal (and passes it on to processes this one launched, as Lightning's does); at the end of every
+training and validation batch the processes reduce their notes, and if any has one, all of them mark
+the stop at that same batch, save there, and leave together.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import FrameType
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
@@ -65,28 +78,60 @@ class PeriodicCheckpoint(ModelCheckpoint):
         self._save_at_epoch_end = False
         self._every_n_seconds = None if every_n_minutes is None else 60.0 * every_n_minutes
         self._last_save_time = time.monotonic()
+        self.sigterm_noticed = False  # this process got SIGTERM, not yet acted on (several processes only)
+        self._launcher = None  # what started the other processes, if this one did (Lightning's launcher)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if stage == "fit" and trainer.world_size > 1:
+            # Lightning registers its SIGTERM handler after this hook, from this attribute.
+            trainer._signal_connector._sigterm_notifier_fn = self._notice_sigterm
+            self._launcher = trainer.strategy.launcher
+
+    def _notice_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM's handler in a run of several processes: a note, acted on where all processes agree."""
+        if not self.sigterm_noticed and self._launcher is not None:
+            # the processes this one started get it too, as Lightning's handler did
+            self._launcher.kill(signum)
+        self.sigterm_noticed = True
+
+    def _agree(self, trainer: pl.Trainer, due: bool = False) -> tuple[bool, bool]:
+        """(rank 0's ``due``, any process noticed SIGTERM): one reduction at the same point of a batch in
+        every process. On a stop every process marks it where Lightning looks, so all of them leave at
+        the end of this batch."""
+        if trainer.world_size == 1:
+            return due, trainer.received_sigterm
+        flags = torch.tensor(
+            [float(due and trainer.is_global_zero), float(self.sigterm_noticed)],
+            device=trainer.strategy.root_device,
+        )
+        due, stop = (bool(f) for f in trainer.strategy.reduce(flags, reduce_op="max").tolist())
+        if stop:
+            trainer._signal_connector.received_sigterm = True
+        return due, stop
 
     def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
         super()._save_last_checkpoint(trainer, monitor_candidates)
         self._last_save_time = time.monotonic()
 
-    def _due_by_time(self, trainer: pl.Trainer) -> bool:
-        if self._every_n_seconds is None:
-            return False
-        due = time.monotonic() - self._last_save_time >= self._every_n_seconds
-        return bool(trainer.strategy.broadcast(due))  # one decision for all ranks: the save is collective
+    def _due_by_time(self) -> bool:
+        """Whether this process's clock says a timed save is due (rank 0's decides: ``_agree``)."""
+        return self._every_n_seconds is not None and (
+            time.monotonic() - self._last_save_time >= self._every_n_seconds
+        )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        by_time = self._due_by_time(trainer)  # first: every rank takes part in the broadcast, every batch
+        # first: every process takes part in the reduction, at every batch; the saves below are collective
+        by_time, sigterm = self._agree(trainer, self._due_by_time())
         if _epoch_end_follows(trainer):
             # Not at the epoch's last batch: Lightning resumes from there into the next epoch without its
             # start (no on_train_epoch_start, its progress never counts the epoch as started), so the save
             # after that resumed run's next one begins the epoch again. Saved at the epoch's end instead,
             # where Lightning's own end-of-epoch checkpoints resume from (a SIGTERM stops after it).
             due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
-            self._save_at_epoch_end = self._save_at_epoch_end or due or by_time or trainer.received_sigterm
+            self._save_at_epoch_end = self._save_at_epoch_end or due or by_time or sigterm
             return
-        if (trainer.received_sigterm or _stops_at_max_steps(trainer)) and not _validation_follows(trainer):
+        if (sigterm or _stops_at_max_steps(trainer)) and not _validation_follows(trainer):
             # Lightning stops after this hook (SIGTERM: a scheduler's preemption, `kill`; max_steps): save
             # where the run is, so `ckpt_path=last` resumes here rather than at the last periodic save.
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
@@ -99,6 +144,20 @@ class PeriodicCheckpoint(ModelCheckpoint):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
             return
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx=0):
+        # Lightning stops a validation at a batch's end on SIGTERM: all processes at the same one. (Every
+        # process validates the same number of batches: the distributed sampler pads the shares.)
+        if trainer.world_size > 1:
+            self._agree(trainer)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().teardown(trainer, pl_module, stage)
+        if stage != "fit" or trainer.world_size == 1:
+            return
+        vars(trainer._signal_connector).pop("_sigterm_notifier_fn", None)  # Lightning's again (a test stage)
+        if self.sigterm_noticed:  # after the last batch's agreement: the process stops, as it would have
+            trainer._signal_connector.received_sigterm = True
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)

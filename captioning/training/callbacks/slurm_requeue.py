@@ -69,9 +69,9 @@ class SlurmRequeue(pl.Callback):
             # the epoch's last batch: acted on at the next batch's end, after the epoch's validation and its
             # end (a save between them resumes into the next epoch without starting it: periodic_checkpoint.py)
             return
-        for callback in trainer.checkpoint_callbacks:
-            if isinstance(callback, PeriodicCheckpoint):
-                callback._save_last_checkpoint(trainer, callback._monitor_candidates(trainer))
+        periodic = [c for c in trainer.checkpoint_callbacks if isinstance(c, PeriodicCheckpoint)]
+        for callback in periodic:
+            callback._save_last_checkpoint(trainer, callback._monitor_candidates(trainer))
         self.requeued = True
         ok = True
         if trainer.is_global_zero:
@@ -93,8 +93,12 @@ class SlurmRequeue(pl.Callback):
                 )
         if trainer.strategy.reduce_boolean_decision(ok, all=True):
             end = time.monotonic() + self.wait_s
-            while not trainer.received_sigterm and time.monotonic() < end:
-                time.sleep(0.2)  # SLURM's SIGTERM (and srun's SIGKILL) end the process here
+            # SLURM's SIGTERM (and srun's SIGKILL) end the process here; with several processes the
+            # periodic checkpoint's handler notes the SIGTERM, and all of them stop at this batch's end
+            while not (trainer.received_sigterm or any(c.sigterm_noticed for c in periodic)):
+                if time.monotonic() >= end:
+                    break
+                time.sleep(0.2)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for signum, handler in self._previous.items():
