@@ -225,6 +225,12 @@ class CaptionLitModule(pl.LightningModule):
         self._generated = []
         if not generated:
             return
+        for name, value in self._on_rank_zero(lambda: self._scores(generated)).items():
+            # Every rank holds the same globally computed value, so the sync's mean is that value.
+            self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr"), sync_dist=True)
+
+    def _scores(self, generated: list) -> dict[str, float]:
+        """The metrics of the whole split's (image_id, caption, refs, scene item) tuples."""
         hyps = {image_id: caption for image_id, caption, _, _ in generated}
         refs = {image_id: refs for image_id, _, refs, _ in generated}
         scores = {}
@@ -236,9 +242,28 @@ class CaptionLitModule(pl.LightningModule):
             grid = (self.net.grid_size, self.net.grid_size)
             values = scene_values(score_scenes(captions, words, maps, grid, sizes, scenes))
             scores |= {k: v for k, v in values.items() if k in self.scene_metrics}
-        for name, value in scores.items():
-            # Every rank holds the same globally computed value, so the sync's mean is that value.
-            self.log(f"{stage}/{name}", float(value), prog_bar=name in ("Bleu_4", "CIDEr"), sync_dist=True)
+        return {name: float(value) for name, value in scores.items()}
+
+    def _on_rank_zero(self, compute: Callable[[], dict]) -> dict:
+        """``compute()`` run once, by global rank 0, and its result given to every rank. Every rank holds
+        the whole split, so one scoring is enough: METEOR's Java scorer is not started once per GPU. An
+        error there is every rank's: the others raise it too instead of waiting for a result forever."""
+        if self.trainer is None or self.trainer.world_size == 1 or not torch.distributed.is_initialized():
+            return compute()
+        box: list = [None]
+        error = None
+        if self.trainer.is_global_zero:
+            try:
+                box = [("scores", compute())]
+            except Exception as err:  # shared before it is raised here, so no rank waits on rank 0
+                error, box = err, [("error", f"{type(err).__name__}: {err}")]
+        torch.distributed.broadcast_object_list(box, src=0)
+        kind, value = box[0]
+        if error is not None:
+            raise error
+        if kind == "error":
+            raise RuntimeError(f"validation scoring failed on global rank 0: {value}")
+        return value
 
     def _gather(self, items: list) -> list:
         """All ranks' (image_id, caption, refs, scene item), deduplicated by image (DistributedSampler pads)."""

@@ -169,6 +169,18 @@ def _leaf_keys(node: object, prefix: str = "") -> list[str]:
     return [key for k, v in node.items() for key in _leaf_keys(v, f"{prefix}.{k}" if prefix else str(k))]
 
 
+def run_dir_value(arg: str) -> str:
+    """The folder of a ``hydra.run.dir=...`` override as Hydra reads it: quotes removed (Lightning's DDP
+    launcher starts the other processes with ``hydra.run.dir="<dir>"``; taken literally, that made a folder
+    named ``"`` in the current one), escapes undone. A value Hydra cannot parse is left to Hydra's report."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return str(OverridesParser.create().parse_override(arg).value())
+    except Exception:  # noqa: BLE001 - Hydra reports a malformed override itself, in its own words
+        return arg.split("=", 1)[1]
+
+
 def cli() -> None:
     """``captioning-train``: Hydra's ``main``, after composing the overrides once to report a mistake in
     them (an unknown key or group option, a type Hydra refuses) as one line with exit status 2. Hydra's
@@ -184,11 +196,14 @@ def cli() -> None:
         sweep_stop.install()
     for arg in args:  # Hydra creates the run folder before anything else and reports a failure in many lines
         if arg.startswith("hydra.run.dir="):
-            if not arg.split("=", 1)[1].strip():  # Hydra would write the run into the current folder
+            folder = run_dir_value(arg)
+            if not folder.strip():  # Hydra would write the run into the current folder
                 print("captioning-train: error: hydra.run.dir='': expected a folder path", file=sys.stderr)
                 sys.exit(2)
+            if "${" in folder:  # an interpolation (${now:...}): only Hydra knows the folder it names
+                continue
             try:
-                Path(arg.split("=", 1)[1]).mkdir(parents=True, exist_ok=True)
+                Path(folder).mkdir(parents=True, exist_ok=True)
             except OSError as err:
                 print(
                     f"captioning-train: error: {arg}: cannot create the run folder ({err.strerror or err})",

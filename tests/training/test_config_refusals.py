@@ -150,6 +150,18 @@ def test_training_settings_that_would_train_nothing_or_save_nowhere(
     assert_one_line(capsys.readouterr().err, fragment)
 
 
+@pytest.mark.parametrize("quote", ['"', "'"])
+def test_a_quoted_run_folder_is_the_folder_hydra_reads(tmp_path, monkeypatch, quote):
+    """Lightning's DDP launcher starts the other processes with ``hydra.run.dir="<dir>"``: the folder made
+    before Hydra starts is the unquoted one, not a folder named ``"`` in the current one."""
+    from captioning.training.train import run_dir_value
+
+    monkeypatch.chdir(tmp_path)
+    assert run_dir_value(f"hydra.run.dir={quote}{tmp_path}/a b{quote}") == f"{tmp_path}/a b"
+    assert run_dir_value("hydra.run.dir=outputs/${now:%H}") == "outputs/${now:%H}"  # left to Hydra
+    assert run_dir_value("hydra.run.dir=plain/run") == "plain/run"
+
+
 def test_an_empty_run_folder_and_empty_output_paths_are_refused(
     good_checkpoint, tmp_path, monkeypatch, capsys
 ):

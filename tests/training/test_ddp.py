@@ -130,10 +130,17 @@ RESUMED_STEPS = 16
 
 
 def _ddp_run(
-    run_dir: Path, warn_at: int = -1, trainer: list[str] = DDP, signal: str = "SIGUSR1", rank: int = 0
+    run_dir: Path,
+    warn_at: int = -1,
+    trainer: list[str] = DDP,
+    signal: str = "SIGUSR1",
+    rank: int = 0,
+    extra: tuple[str, ...] = (),
+    expect: tuple[int, ...] = (0, 143),
 ) -> int:
-    """The 2-process run (or ``trainer``'s) from the entry point in ``run_dir``, ``signal`` (SLURM's warning)
-    sent to global rank ``rank`` at step ``warn_at``; its exit status."""
+    """The 2-process run (or ``trainer``'s) from the entry point in ``run_dir`` with the overrides ``extra``,
+    ``signal`` (SLURM's warning) sent to global rank ``rank`` at step ``warn_at``; its exit status, one of
+    ``expect`` (else the test fails with the run's output)."""
     tests = Path(__file__).resolve().parents[1]
     env = {
         **os.environ,
@@ -153,9 +160,12 @@ def _ddp_run(
         f"+callbacks.signal_at={callback}",
         "allowed_targets=[support]",
         f"hydra.run.dir={run_dir}",
+        *extra,
     ]
     proc = subprocess.run(cmd, cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode in (0, 143), (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode in expect, (proc.stdout + proc.stderr)[-4000:]
+    assert not (run_dir.parent / '"').exists()  # the launcher's quoted hydra.run.dir, read as Hydra reads it
+    (run_dir.parent / f"{run_dir.name}.stderr").write_text(proc.stderr)
     return proc.returncode
 
 
@@ -192,6 +202,31 @@ def test_a_requeued_ddp_run_resumes_mid_epoch_and_ends_with_the_uninterrupted_ru
     assert moments[0].keys() == moments[1].keys()
     for index, state in moments[0].items():
         assert all(torch.equal(moments[1][index][k], v) for k, v in state.items()), (index, step)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_validation_is_scored_by_rank_zero_alone_and_its_failure_stops_every_rank(tmp_path, rank):
+    """The whole split's captions are on every rank after the gather; rank 0 scores them and shares the
+    scores (one METEOR JVM, not one per GPU). The scorer broken on rank 1 changes nothing; broken on rank 0,
+    every rank stops with its error (rank 1 used to wait for the scores' collective forever or crash in it)."""
+    run = tmp_path / "run"
+    broken = f"+callbacks.fail_scoring={{_target_: support.scoring.FailScoringOn, rank: {rank}}}"
+    scored = [
+        f"model.val_metrics=[{','.join(METRICS)}]",
+        "callbacks.model_checkpoint.monitor=val/CIDEr",
+        broken,
+    ]
+    code = _ddp_run(run, extra=(*scored,), expect=(0,) if rank else (1,))
+    stderr = (tmp_path / "run.stderr").read_text()
+    if rank:
+        assert code == 0 and "scorer broken" not in stderr
+        assert (
+            any((run / "checkpoints").glob("*CIDEr*.ckpt")) or (run / "checkpoints" / "last.ckpt").is_file()
+        )
+    else:
+        assert "scorer broken on rank 0 (FailScoringOn)" in stderr  # rank 0's own error
+        assert "validation scoring failed on global rank 0: RuntimeError: scorer broken on rank 0" in stderr
 
 
 @pytest.mark.slow
