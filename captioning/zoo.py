@@ -42,6 +42,15 @@ MODELS: dict[str, ZooModel] = {
     m.name: m
     for m in (
         ZooModel(
+            "flickr8k-wide-scst",
+            "flickr8k_wide_scst.safetensors",
+            "b2b387561c23e96d0ada001e6ae534f97b9c9f193810dcde6356ecddb861768b",
+            "flickr8k",
+            "the recommended photo model: a 1,024-unit soft-attention LSTM, Lite1's stage7 + head fine-tuned, "
+            "a three-model teacher distilled, 13 SCST epochs; 61.9 dev CIDEr-D, 21.3 METEOR, 24.2 BLEU-4, "
+            "stored decoding",
+        ),
+        ZooModel(
             "flickr8k-finetune-scst",
             "flickr8k_finetune_scst.safetensors",
             "4db2d6ab6313f258848e5c4001e471caaf0d78e5a8392ebc77c20615996be151",

@@ -13,6 +13,7 @@ from captioning.checkpoints.export import read_export
 from support import FLICKR8K, HAS_FLICKR8K, REPO
 
 ZOO = sorted((REPO / "docs" / "models").glob("flickr8k_*.safetensors"))
+DECODER_BUDGET = {"flickr8k_wide_scst": 40e6}  # bytes beyond the stored encoder stages, where not ~15 MB
 
 
 def _photos_whose_captions_all_say(word: str, n: int) -> list[Path]:
@@ -34,6 +35,7 @@ def test_the_zoo_has_the_flickr8k_models() -> None:
         "flickr8k_hard_gumbel",
         "flickr8k_transformer",
         "flickr8k_finetune_scst",
+        "flickr8k_wide_scst",
     }
 
 
@@ -53,9 +55,15 @@ def test_a_zoo_model_is_a_small_weights_only_export(export: Path) -> None:
     stored_bytes = sum(
         v.numel() * 2 if v.is_floating_point() else v.numel() * v.element_size() for v in encoder.values()
     )
-    # "at most ~15 MB": the decoder in fp16 and the encoder by name, plus the stages a model fine-tuned (fp16)
-    assert export.stat().st_size - stored_bytes < 16.5e6
+    # "at most ~15 MB": the decoder in fp16 and the encoder by name, plus the stages a model fine-tuned (fp16);
+    # the wide model's 1,024-unit decoder is 2.2x the parameters of the others' (its card says so)
+    assert export.stat().st_size - stored_bytes < DECODER_BUDGET.get(export.stem, 16.5e6)
     assert meta["provenance"]["dtype"] == "float16"
+    # weights only: the file is its tensors in fp16 (integer buffers as they are) and a header, nothing more
+    tensor_bytes = sum(
+        v.numel() * 2 if v.is_floating_point() else v.numel() * v.element_size() for v in state.values()
+    )
+    assert export.stat().st_size - tensor_bytes < 1e6
 
 
 @pytest.mark.skipif(not HAS_FLICKR8K, reason="no Flickr8k (FLICKR8K_ROOT)")
