@@ -15,12 +15,20 @@ from pathlib import Path
 
 import torch
 
+from captioning.checkpoints.load import network_config
 from captioning.checkpoints.read import CheckpointError
+from captioning.models.registry import with_defaults
 
 # The plain-data entries that make two checkpoints the same network: averaging weights between different
 # configs or vocabularies would pair unrelated rows (the word embedding's row k is word k of each vocab),
 # and one input size is what the export records.
 SAME_NETWORK = ("net_config", "vocab", "image_size")
+
+
+def _network_entry(key: str, meta: dict, path: Path):
+    """``meta[key]``; the network config as read (today's names, every default stated), so a checkpoint
+    saved before defaults were written out matches a later one of the same network."""
+    return with_defaults(network_config(meta, path)) if key == "net_config" else meta.get(key)
 
 
 def average_states(parts: Sequence[tuple[Path, dict, dict]]) -> dict:
@@ -32,7 +40,7 @@ def average_states(parts: Sequence[tuple[Path, dict, dict]]) -> dict:
     (first_path, first, first_meta), rest = parts[0], parts[1:]
     for path, state, meta in rest:
         for key in SAME_NETWORK:
-            if meta.get(key) != first_meta.get(key):
+            if _network_entry(key, meta, path) != _network_entry(key, first_meta, first_path):
                 raise CheckpointError(
                     f"{path}: its {key} differs from {first_path}'s; only checkpoints of one network (one "
                     "config, one vocabulary) can be averaged"

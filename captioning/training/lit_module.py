@@ -11,7 +11,7 @@ The module never branches on the decoder type: decoders return what their loss n
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from importlib.metadata import version
 from typing import Any
 
@@ -32,6 +32,9 @@ from captioning.metrics.scenes import scene_values, score_scenes
 from captioning.models.caption_model import CaptionModel
 from captioning.models.decoders.base import Decoder, shift_inputs
 from captioning.training.word_dropout import drop_words
+
+# How long the other ranks wait for rank 0's validation scores (the JVM scorers on a large split; SPICE).
+SCORING_TIMEOUT = timedelta(hours=3)
 
 
 class CaptionLitModule(pl.LightningModule):
@@ -68,6 +71,7 @@ class CaptionLitModule(pl.LightningModule):
                 f"vocabulary has {len(self.vocab)} words but the decoder was built for {net.decoder.vocab_size}"
             )
         self.net_config = net_config
+        self._scoring_group = None  # the process group rank 0's validation scores are sent through (DDP)
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.val_metrics = tuple(val_metrics)
         unknown = [m for m in self.val_metrics if m not in TEXT_METRICS and m not in SCENE_METRICS]
@@ -248,8 +252,13 @@ class CaptionLitModule(pl.LightningModule):
         """``compute()`` run once, by global rank 0, and its result given to every rank. Every rank holds
         the whole split, so one scoring is enough: METEOR's Java scorer is not started once per GPU. An
         error there is every rank's: the others raise it too instead of waiting for a result forever."""
-        if self.trainer is None or self.trainer.world_size == 1 or not torch.distributed.is_initialized():
+        if self._trainer is None or self.trainer.world_size == 1 or not torch.distributed.is_initialized():
             return compute()
+        if self._scoring_group is None:  # every rank is here: creating a group is collective
+            # The other ranks wait while rank 0 scores (SPICE, or METEOR on a large split, can take longer
+            # than the strategy's collective timeout, trainer.strategy.timeout_s): a group of its own,
+            # with a timeout for scoring. gloo: the result is a Python object, sent from the CPU.
+            self._scoring_group = torch.distributed.new_group(backend="gloo", timeout=SCORING_TIMEOUT)
         box: list = [None]
         error = None
         if self.trainer.is_global_zero:
@@ -257,7 +266,7 @@ class CaptionLitModule(pl.LightningModule):
                 box = [("scores", compute())]
             except Exception as err:  # shared before it is raised here, so no rank waits on rank 0
                 error, box = err, [("error", f"{type(err).__name__}: {err}")]
-        torch.distributed.broadcast_object_list(box, src=0)
+        torch.distributed.broadcast_object_list(box, src=0, group=self._scoring_group)
         kind, value = box[0]
         if error is not None:
             raise error
@@ -267,7 +276,7 @@ class CaptionLitModule(pl.LightningModule):
 
     def _gather(self, items: list) -> list:
         """All ranks' (image_id, caption, refs, scene item), deduplicated by image (DistributedSampler pads)."""
-        if self.trainer is None or self.trainer.world_size == 1 or not torch.distributed.is_initialized():
+        if self._trainer is None or self.trainer.world_size == 1 or not torch.distributed.is_initialized():
             return items
         per_rank: list[list] = [None] * self.trainer.world_size  # type: ignore[list-item]
         torch.distributed.all_gather_object(per_rank, items)

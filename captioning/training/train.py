@@ -169,16 +169,18 @@ def _leaf_keys(node: object, prefix: str = "") -> list[str]:
     return [key for k, v in node.items() for key in _leaf_keys(v, f"{prefix}.{k}" if prefix else str(k))]
 
 
-def run_dir_value(arg: str) -> str:
+def run_dir_value(arg: str) -> str | None:
     """The folder of a ``hydra.run.dir=...`` override as Hydra reads it: quotes removed (Lightning's DDP
     launcher starts the other processes with ``hydra.run.dir="<dir>"``; taken literally, that made a folder
-    named ``"`` in the current one), escapes undone. A value Hydra cannot parse is left to Hydra's report."""
+    named ``"`` in the current one), escapes undone. None for what is not one folder (a sweep ``a,b``, a
+    list, ``null``) or cannot be parsed: left to Hydra, which reports it in its own words."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
-        return str(OverridesParser.create().parse_override(arg).value())
-    except Exception:  # noqa: BLE001 - Hydra reports a malformed override itself, in its own words
-        return arg.split("=", 1)[1]
+        value = OverridesParser.create().parse_override(arg).value()
+    except Exception:  # noqa: BLE001 - Hydra reports a malformed override itself
+        return None
+    return str(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else None
 
 
 def cli() -> None:
@@ -197,11 +199,11 @@ def cli() -> None:
     for arg in args:  # Hydra creates the run folder before anything else and reports a failure in many lines
         if arg.startswith("hydra.run.dir="):
             folder = run_dir_value(arg)
+            if folder is None or "${" in folder:  # not one folder, or an interpolation (${now:...}): Hydra's
+                continue
             if not folder.strip():  # Hydra would write the run into the current folder
                 print("captioning-train: error: hydra.run.dir='': expected a folder path", file=sys.stderr)
                 sys.exit(2)
-            if "${" in folder:  # an interpolation (${now:...}): only Hydra knows the folder it names
-                continue
             try:
                 Path(folder).mkdir(parents=True, exist_ok=True)
             except OSError as err:

@@ -79,3 +79,16 @@ def test_a_missing_second_checkpoint_is_named_before_anything_is_read(good_check
     argv = ["export", "--checkpoint", str(good_checkpoint), "--checkpoint", str(missing), str(tmp_path / "o")]
     assert captioning_main(argv) == 2
     assert_one_line(capsys.readouterr().err, str(missing))
+
+
+def test_a_checkpoint_saved_before_defaults_were_written_averages_with_a_later_one(good_checkpoint, tmp_path):
+    """A run resumed across the version that writes every constructor default into the saved config: its
+    checkpoints' config texts differ by a default-valued key, and they are still one network."""
+    text = torch.load(good_checkpoint, weights_only=True)["captioning"]["net_config"]
+    line = next(line for line in text.splitlines() if line.strip().startswith("entropy_c:"))
+    older = mutated(good_checkpoint, tmp_path / "older.ckpt", replace_config(line + "\n", ""))
+    assert "entropy_c" not in torch.load(older, weights_only=True)["captioning"]["net_config"]
+    soup = export_checkpoint(good_checkpoint, tmp_path / "soup.safetensors", average_with=[older])
+    plain = load_checkpoint(export_checkpoint(good_checkpoint, tmp_path / "plain.safetensors")).net
+    for name, tensor in load_checkpoint(soup).net.state_dict().items():
+        assert torch.equal(tensor, plain.state_dict()[name]), name

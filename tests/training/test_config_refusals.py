@@ -160,6 +160,8 @@ def test_a_quoted_run_folder_is_the_folder_hydra_reads(tmp_path, monkeypatch, qu
     assert run_dir_value(f"hydra.run.dir={quote}{tmp_path}/a b{quote}") == f"{tmp_path}/a b"
     assert run_dir_value("hydra.run.dir=outputs/${now:%H}") == "outputs/${now:%H}"  # left to Hydra
     assert run_dir_value("hydra.run.dir=plain/run") == "plain/run"
+    for not_one in ("a,b", "[a,b]", "null"):  # a sweep, a list, null: Hydra's to report, no folder made here
+        assert run_dir_value(f"hydra.run.dir={not_one}") is None
 
 
 def test_an_empty_run_folder_and_empty_output_paths_are_refused(

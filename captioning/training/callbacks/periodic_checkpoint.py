@@ -83,6 +83,7 @@ class PeriodicCheckpoint(ModelCheckpoint):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
+        self.sigterm_noticed = False  # a second fit with this callback starts without the first's note
         if stage == "fit" and trainer.world_size > 1:
             # Lightning registers its SIGTERM handler after this hook, from this attribute.
             trainer._signal_connector._sigterm_notifier_fn = self._notice_sigterm
@@ -156,8 +157,10 @@ class PeriodicCheckpoint(ModelCheckpoint):
         if stage != "fit" or trainer.world_size == 1:
             return
         vars(trainer._signal_connector).pop("_sigterm_notifier_fn", None)  # Lightning's again (a test stage)
-        if self.sigterm_noticed:  # after the last batch's agreement: the process stops, as it would have
-            trainer._signal_connector.received_sigterm = True
+        # A SIGTERM after the last batch's agreement: every process stops, as it would have, or none (one
+        # going on to the test split alone would wait there for the others). Every process tears down fit.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            self._agree(trainer)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
