@@ -16,8 +16,12 @@ import pytorch_lightning as pl
 
 
 class SignalAt(pl.Callback):
-    def __init__(self, step: int = -1, draws: str = "", signal: str = "SIGUSR1", rank: int = 0) -> None:
-        self.step, self.draws, self.signal, self.rank = step, draws, signal, rank
+    def __init__(
+        self, step: int = -1, draws: str = "", signal: str = "SIGUSR1", rank: int = 0, val_batch: int = -1
+    ) -> None:
+        """``val_batch`` >= 0: the signal goes at the end of that batch of the first validation after step
+        ``step`` (the sanity check's excepted) instead of at the end of the step."""
+        self.step, self.draws, self.signal, self.rank, self.val_batch = step, draws, signal, rank, val_batch
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         if self.draws:
@@ -25,7 +29,15 @@ class SignalAt(pl.Callback):
                 out.write(json.dumps([trainer.global_step, list(batch["image_ids"])]) + "\n")
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank and self.val_batch < 0:
+            os.kill(os.getpid(), signal.Signals[self.signal])
+
+    def on_validation_batch_end(
+        self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int, *_
+    ) -> None:
+        sent = trainer.sanity_checking or trainer.global_step < self.step or batch_idx != self.val_batch
+        if not sent and trainer.global_rank == self.rank:
+            self.val_batch = -2  # once
             os.kill(os.getpid(), signal.Signals[self.signal])
 
 

@@ -250,6 +250,22 @@ def test_a_sigterm_to_one_process_stops_every_process_after_one_batch_with_its_c
 
 
 @pytest.mark.slow
+def test_a_sigterm_to_one_process_during_validation_stops_every_process_there(tmp_path):
+    """The stop is agreed at validation batch ends too: with two validation batches a process, a SIGTERM to
+    rank 1 after the first ends the validation on both (Lightning stops there), and the run resumes."""
+    run = tmp_path / "run"
+    extra = ("data.eval_batch_size=2",)  # 8 validation images: 4 a process, two batches each
+    code = _ddp_run(run, 8, signal="SIGTERM", rank=1, extra=extra + ("+callbacks.signal_at.val_batch=0",))
+    assert code == 143
+    stderr = (tmp_path / "run.stderr").read_text()
+    assert stderr.count("stopped by SIGTERM at step 8") == 2  # each process, at the same step
+    for r in (0, 1):  # no process trained on past the validation
+        assert sorted(read_draws(f"{run}.draws", r)) == list(range(8)), r
+    assert _ddp_run(run, trainer=[*DDP, "ckpt_path=last"], extra=extra) == 0
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == RESUMED_STEPS
+
+
+@pytest.mark.slow
 def test_a_ddp_run_requeued_onto_one_process_trains_exactly_the_rest_of_its_epoch(
     tmp_path, fake_slurm, monkeypatch
 ):
