@@ -38,9 +38,10 @@ def average_states(parts: Sequence[tuple[Path, dict, dict]]) -> dict:
     ``num_batches_tracked``) are the first checkpoint's. A CheckpointError names the first file whose
     config, vocabulary, tensor names or shapes differ from the first's."""
     (first_path, first, first_meta), rest = parts[0], parts[1:]
+    expected = {key: _network_entry(key, first_meta, first_path) for key in SAME_NETWORK}
     for path, state, meta in rest:
         for key in SAME_NETWORK:
-            if _network_entry(key, meta, path) != _network_entry(key, first_meta, first_path):
+            if _network_entry(key, meta, path) != expected[key]:
                 raise CheckpointError(
                     f"{path}: its {key} differs from {first_path}'s; only checkpoints of one network (one "
                     "config, one vocabulary) can be averaged"

@@ -44,6 +44,13 @@ def _fine_tuned(export: Path) -> bool:
     return "stored" in read_export(export)[1]["encoder_weights"]
 
 
+def _fp16_bytes(tensors: dict) -> int:
+    """What ``tensors`` take in an fp16 export: floating ones 2 bytes an element, integer buffers as they are."""
+    return sum(
+        v.numel() * 2 if v.is_floating_point() else v.numel() * v.element_size() for v in tensors.values()
+    )
+
+
 @pytest.mark.parametrize("export", ZOO, ids=lambda p: p.stem)
 def test_a_zoo_model_is_a_small_weights_only_export(export: Path) -> None:
     state, meta = read_export(export)
@@ -52,18 +59,13 @@ def test_a_zoo_model_is_a_small_weights_only_export(export: Path) -> None:
         len(encoder) == meta["encoder_weights"].get("stored", 0)
         and len(meta["encoder_weights"]["sha256"]) == 64
     )
-    stored_bytes = sum(
-        v.numel() * 2 if v.is_floating_point() else v.numel() * v.element_size() for v in encoder.values()
-    )
+    stored_bytes = _fp16_bytes(encoder)
     # "at most ~15 MB": the decoder in fp16 and the encoder by name, plus the stages a model fine-tuned (fp16);
     # the wide model's 1,024-unit decoder is 2.2x the parameters of the others' (its card says so)
     assert export.stat().st_size - stored_bytes < DECODER_BUDGET.get(export.stem, 16.5e6)
     assert meta["provenance"]["dtype"] == "float16"
     # weights only: the file is its tensors in fp16 (integer buffers as they are) and a header, nothing more
-    tensor_bytes = sum(
-        v.numel() * 2 if v.is_floating_point() else v.numel() * v.element_size() for v in state.values()
-    )
-    assert export.stat().st_size - tensor_bytes < 1e6
+    assert export.stat().st_size - _fp16_bytes(state) < 1e6
 
 
 @pytest.mark.skipif(not HAS_FLICKR8K, reason="no Flickr8k (FLICKR8K_ROOT)")

@@ -22,6 +22,7 @@ class SignalAt(pl.Callback):
         """``val_batch`` >= 0: the signal goes at the end of that batch of the first validation after step
         ``step`` (the sanity check's excepted) instead of at the end of the step."""
         self.step, self.draws, self.signal, self.rank, self.val_batch = step, draws, signal, rank, val_batch
+        self._sent = False
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         if self.draws:
@@ -35,9 +36,9 @@ class SignalAt(pl.Callback):
     def on_validation_batch_end(
         self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int, *_
     ) -> None:
-        sent = trainer.sanity_checking or trainer.global_step < self.step or batch_idx != self.val_batch
-        if not sent and trainer.global_rank == self.rank:
-            self.val_batch = -2  # once
+        now = not trainer.sanity_checking and trainer.global_step >= self.step and batch_idx == self.val_batch
+        if now and trainer.global_rank == self.rank and not self._sent:
+            self._sent = True  # once: the first validation after the step
             os.kill(os.getpid(), signal.Signals[self.signal])
 
 

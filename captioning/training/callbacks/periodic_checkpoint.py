@@ -149,8 +149,7 @@ class PeriodicCheckpoint(ModelCheckpoint):
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx=0):
         # Lightning stops a validation at a batch's end on SIGTERM: all processes at the same one. (Every
         # process validates the same number of batches: the distributed sampler pads the shares.)
-        if trainer.world_size > 1:
-            self._agree(trainer)
+        self._agree(trainer)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().teardown(trainer, pl_module, stage)
