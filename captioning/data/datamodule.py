@@ -30,7 +30,7 @@ from captioning.data.crop_views import CroppedSource
 from captioning.data.features import image_key
 from captioning.data.images import TrainAugment, image_to_tensor
 from captioning.data.mirror import MirroredSource
-from captioning.data.resumable import ResumableLoader
+from captioning.data.resumable import EpochShuffle, ResumableLoader
 from captioning.data.sources import CaptionSource, MissingSplit, RecordSource
 from captioning.data.tokenize import tokenize
 from captioning.data.verify import POLICIES, apply_policy, check_images
@@ -222,6 +222,10 @@ class CaptionDataModule(pl.LightningDataModule):
             feature_cache  # its settings: the LightningModule binds it to the model's encoder
         )
         self._keys: dict[str, list[str]] = {}
+        # The training order's seed: torch's when the module is built (the run's: train() seeds first). Read
+        # now, not when the loader is built, so it stays shared after each DDP process reseeds its own draws
+        # (training/distributed.py): the processes' shares of one order, not of one order each
+        self.order_seed = torch.initial_seed()
         if train_items not in ("pairs", "images"):
             raise ValueError(f"data.train_items={train_items!r}: expected 'pairs' or 'images'")
         self.train_items = train_items
@@ -358,6 +362,7 @@ class CaptionDataModule(pl.LightningDataModule):
             dataset,
             self.batch_size,
             self._train_position,
+            sampler=EpochShuffle(dataset, seed=self.order_seed),
             num_workers=self.num_workers,
             collate_fn=collate,
             persistent_workers=self.num_workers > 0,

@@ -6,14 +6,21 @@ every few seconds meanwhile: a job that cannot start sits there until SLURM's ti
 is a setting (``trainer.strategy.timeout_s``, conf/trainer/ddp.yaml), the master's name is resolved before
 anything waits on it, and a rendezvous that times out ends the run with :class:`RendezvousError` (one line,
 exit status 2) on every rank that sees it.
+
+Each process also gets random draws of its own (``_reseed_for_rank``): ``seed_everything`` gives every
+process the run's seed, so without it all GPUs drew the same dropout masks, SCST samples and Gumbel noise.
+The epoch's order stays shared (the data module fixed its seed when it was built: data/resumable.py).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import socket
 from datetime import timedelta
 
+import numpy as np
+import torch
 from pytorch_lightning.strategies import DDPStrategy as LightningDDPStrategy
 
 from captioning.errors import UserError, one_line
@@ -38,6 +45,10 @@ class DDPStrategy(LightningDDPStrategy):
         super().__init__(timeout=timedelta(seconds=timeout_s), **kwargs)
         self.timeout_s = timeout_s
 
+    def setup_environment(self) -> None:
+        super().setup_environment()  # the process group: the global rank is known from here
+        _reseed_for_rank(self.global_rank)
+
     def setup_distributed(self) -> None:
         environment = self.cluster_environment
         address, port = environment.main_address, environment.main_port
@@ -56,3 +67,17 @@ class DDPStrategy(LightningDDPStrategy):
                 f"no rendezvous at MASTER_ADDR={address} MASTER_PORT={port} within "
                 f"trainer.strategy.timeout_s={self.timeout_s:g} s on {where}: {one_line(err)[:200]}"
             ) from err
+
+
+def _reseed_for_rank(rank: int) -> None:
+    """Python's, NumPy's and torch's generators (CUDA's too) seeded from (the run's seed, ``rank``) for every
+    process but rank 0, which keeps the run's own streams (a one-process run draws as before). Runs before
+    a checkpoint is restored, so a resumed run goes on with each process's saved streams
+    (callbacks/exact_resume.py)."""
+    if rank == 0:
+        return
+    # SeedSequence mixes the pair: seed + rank would give rank 1 of seed s the streams of rank 0 of seed s + 1
+    seed = int(np.random.SeedSequence([torch.initial_seed(), rank]).generate_state(1)[0])
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # the CPU's and every GPU's generator

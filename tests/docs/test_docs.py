@@ -147,3 +147,40 @@ def test_every_result_file_has_content_and_no_machine_path():
         if "/work/runs" in text or "/tmp/pytest-of" in text:
             bad.append(f"{path}: names a machine path")
     assert not bad, "\n".join(bad)
+
+
+# ``python -m pytest [options] tests/...py -k EXPR`` in a page: the command a reader runs to check a claim
+PYTEST_K = re.compile(r"pytest\b[^\n`]*?\s(tests/\S+\.py)\s[^\n`]*?-k\s+(\w+)")
+
+
+def _documented_test_selections() -> list[tuple[str, str, str]]:
+    found = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        for path, expr in PYTEST_K.findall(page.read_text(encoding="utf-8")):
+            found.append((page.relative_to(REPO).as_posix(), path, expr))
+    return found
+
+
+def test_every_test_selection_a_page_documents_selects_a_test():
+    """A ``-k`` that matches nothing runs nothing and passes ("deselected"), so a renamed test left the
+    docs pointing readers to a check that no longer exists (the DDP resume test's name did). The files are
+    collected once; a one-word ``-k`` selects the tests whose id holds the word (pytest's match, less its
+    markers and class names)."""
+    selections = _documented_test_selections()
+    assert len(selections) >= 5  # the cluster guide's commands at least
+    files = sorted({path for _, path, _ in selections})
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    assert {i.split("::")[0] for i in ids} == set(files), done.stdout[-2000:] + done.stderr[-2000:]
+    empty = [
+        f"{page}: pytest {path} -k {expr} selects no test"
+        for page, path, expr in selections
+        if not any(i.startswith(f"{path}::") and expr.lower() in i.lower() for i in ids)
+    ]
+    assert not empty, "\n".join(empty)

@@ -1,7 +1,8 @@
 """SignalAt: a callback for runs in another process (a DDP run from the entry point), named in a config
 as ``support.preempt.SignalAt`` with ``allowed_targets=[support]`` and ``tests/`` on PYTHONPATH.
 
-It writes each step's images to ``<draws>.rank<R>`` (one JSON line a step) and sends ``signal`` to global
+It writes each step's images to ``<draws>.rank<R>`` (one JSON line a step, with a fingerprint of the
+process's torch generator state as the step starts: ``read_streams``) and sends ``signal`` to global
 rank ``rank`` (default 0) at the end of step ``step``: SIGUSR1, SLURM's time-limit warning (SlurmRequeue
 acts on it on every rank), or SIGTERM, a preemption (one rank's alone: a process the scheduler signalled
 first, or the only one a user killed)."""
@@ -11,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import zlib
 
 import pytorch_lightning as pl
+import torch
 
 
 class SignalAt(pl.Callback):
@@ -27,7 +30,8 @@ class SignalAt(pl.Callback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module, batch, batch_idx: int) -> None:
         if self.draws:
             with open(f"{self.draws}.rank{trainer.global_rank}", "a") as out:
-                out.write(json.dumps([trainer.global_step, list(batch["image_ids"])]) + "\n")
+                state = zlib.crc32(torch.get_rng_state().numpy().tobytes())  # reads, draws nothing
+                out.write(json.dumps([trainer.global_step, list(batch["image_ids"]), state]) + "\n")
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if trainer.global_step == self.step and trainer.global_rank == self.rank and self.val_batch < 0:
@@ -45,4 +49,10 @@ class SignalAt(pl.Callback):
 def read_draws(draws: str, rank: int) -> dict[int, list]:
     """Step -> the images of its batch on ``rank`` (a step drawn again after a resume: its last drawing)."""
     with open(f"{draws}.rank{rank}") as lines:
-        return {step: ids for step, ids in (json.loads(line) for line in lines)}
+        return {step: ids for step, ids, _ in (json.loads(line) for line in lines)}
+
+
+def read_streams(draws: str, rank: int) -> dict[int, int]:
+    """Step -> the fingerprint of ``rank``'s torch generator state as the step started."""
+    with open(f"{draws}.rank{rank}") as lines:
+        return {step: state for step, _, state in (json.loads(line) for line in lines)}

@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -34,7 +35,7 @@ from captioning.training.lit_module import CaptionLitModule
 from captioning.training.train import train
 
 from support import DECODERS, TINY, compose_train
-from support.preempt import read_draws
+from support.preempt import read_draws, read_streams
 
 METRICS = ["Bleu_1", "Bleu_4", "CIDEr"]
 VAL_IMAGES = 7  # odd: the DistributedSampler pads rank 1 with a duplicate of image 0
@@ -194,6 +195,15 @@ def test_a_requeued_ddp_run_resumes_mid_epoch_and_ends_with_the_uninterrupted_ru
         theirs, mine = read_draws(f"{plain}.draws", rank), read_draws(f"{requeued}.draws", rank)
         assert sorted(theirs) == sorted(mine) == list(range(RESUMED_STEPS)), (step, rank)
         assert all(mine[s] == theirs[s] for s in theirs), (step, rank)  # the same images on each process
+    # Each process draws its own random numbers (training/distributed.py; they were the same on every rank:
+    # one dropout mask for all GPUs), from one shared order of each epoch: its 120 pairs split 60 and 60, each
+    # scene's 5 captions once (an order of each process's own would draw some twice and miss others)
+    streams = [read_streams(f"{plain}.draws", rank) for rank in (0, 1)]
+    assert all(streams[0][s] != streams[1][s] for s in range(RESUMED_STEPS))
+    draws = [read_draws(f"{plain}.draws", rank) for rank in (0, 1)]
+    for epoch in (range(8), range(8, 16)):
+        counts = Counter(i for ranked in draws for s in epoch for i in ranked[s])
+        assert sorted(counts.values()) == [5] * 24, counts
     ends = [torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for run in (plain, requeued)]
     assert ends[0]["global_step"] == ends[1]["global_step"] == RESUMED_STEPS
     for key, value in ends[0]["state_dict"].items():
@@ -202,6 +212,25 @@ def test_a_requeued_ddp_run_resumes_mid_epoch_and_ends_with_the_uninterrupted_ru
     assert moments[0].keys() == moments[1].keys()
     for index, state in moments[0].items():
         assert all(torch.equal(moments[1][index][k], v) for k, v in state.items()), (index, step)
+
+
+@pytest.mark.slow
+def test_a_requeued_ddp_run_whose_sigterm_reaches_one_process_first_stops_every_process(tmp_path, fake_slurm):
+    """After the requeue the processes wait for SLURM's SIGTERM, and leave that wait together on any one's
+    (callbacks/slurm_requeue.py). One that left alone went on to the next collective and waited there for
+    the others, still waiting for a SIGTERM of their own, past the strategy's timeout: a crash instead of
+    a stop, here with the SIGTERM reaching rank 1 (rank 0's child, Lightning launched it) alone."""
+    fake_slurm.parent.joinpath("bin", "scontrol").write_text(
+        f'#!/bin/sh\necho "$@" >> {fake_slurm}\n'
+        "(sleep 0.5; pkill -TERM -P $PPID -f captioning.training.train) >/dev/null 2>&1 &\n"
+    )
+    run = tmp_path / "run"
+    extra = ("+callbacks.slurm_requeue.wait_s=60", "trainer.strategy.timeout_s=10")
+    assert _ddp_run(run, 3, extra=extra) == 143
+    assert fake_slurm.read_text() == "requeue 4242\n"
+    stderr = (tmp_path / "run.stderr").read_text()
+    assert len(set(re.findall(r"stopped by SIGTERM at step (\d+)", stderr))) == 1, stderr[-3000:]
+    assert stderr.count("stopped by SIGTERM at step") == 2  # each process, at the same step
 
 
 @pytest.mark.slow

@@ -92,13 +92,20 @@ class SlurmRequeue(pl.Callback):
                     flush=True,
                 )
         if trainer.strategy.reduce_boolean_decision(ok, all=True):
-            end = time.monotonic() + self.wait_s
-            # SLURM's SIGTERM (and srun's SIGKILL) end the process here; with several processes the
-            # periodic checkpoint's handler notes the SIGTERM, and all of them stop at this batch's end
-            while not (trainer.received_sigterm or any(c.sigterm_noticed for c in periodic)):
-                if time.monotonic() >= end:
-                    break
-                time.sleep(0.2)
+            self._wait_to_be_stopped(trainer, periodic)
+
+    def _wait_to_be_stopped(self, trainer: pl.Trainer, periodic: list[PeriodicCheckpoint]) -> None:
+        """Wait up to ``wait_s`` for SLURM's SIGTERM (and srun's SIGKILL), which end the process here. With
+        several processes the periodic checkpoint's handler notes the SIGTERM and they stop at a batch's end
+        together; they also leave this wait together, on any process's note or at the deadline (reduced over
+        them): one that left alone would wait in the next collective for the others, past the strategy's
+        timeout (``wait_s`` is longer), and crash the run."""
+        end = time.monotonic() + self.wait_s
+        while True:
+            noticed = trainer.received_sigterm or any(c.sigterm_noticed for c in periodic)
+            if trainer.strategy.reduce_boolean_decision(noticed or time.monotonic() >= end, all=False):
+                return
+            time.sleep(0.2)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for signum, handler in self._previous.items():
