@@ -29,9 +29,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def fake_slurm(tmp_path: Path, monkeypatch) -> Path:
     """SLURM_JOB_ID=4242 and an ``scontrol`` that logs its arguments and, once it has returned, sends SIGTERM
-    to its caller, as SLURM ends a requeued job. Not from within: under DDP the caller's SIGTERM handler
-    (Lightning's) broadcasts to the other ranks, which wait meanwhile in the collective that follows the
-    requeue (slurm_requeue.py), and the two never meet."""
+    to its caller, as SLURM ends a requeued job: under DDP to rank 0, which passes it on to the processes it
+    launched, while they wait to be stopped (slurm_requeue.py)."""
     bin_dir, log = tmp_path / "bin", tmp_path / "scontrol.log"
     bin_dir.mkdir()
     script = bin_dir / "scontrol"

@@ -123,7 +123,9 @@ class ResumableLoader(DataLoader):
         sampler: Sampler | None = None,
         **kw,
     ):
-        # ``sampler``: another order (Lightning passes one when it rebuilds a loader, e.g. to predict)
+        # ``sampler``: the training order (the data module's EpochShuffle, whose seed every DDP process shares),
+        # or another (Lightning passes one when it rebuilds a loader, e.g. to predict). Without one, an order
+        # seeded with torch's seed now: under DDP that is the run's only before a process reseeds its draws
         sampler = EpochShuffle(dataset, seed=torch.initial_seed()) if sampler is None else sampler
         # Lightning passes the generator back when it rebuilds the loader: the same one again
         kw["generator"] = kw.get("generator") or torch.Generator()
@@ -146,7 +148,8 @@ class ResumableLoader(DataLoader):
 
     def state_dict(self) -> dict[str, int]:
         """(epoch, batches trained in it on each process, samples of its order trained, the number of
-        processes its order was padded for); the next epoch's start once this process's share is done."""
+        processes its order was padded for, the order's seed); the next epoch's start once this process's
+        share is done."""
         epoch, batches = self._position() or (self._epochs_iterated, 0)
         world, _ = _world()
         resumed = getattr(self.sampler, "resumed", None)
@@ -163,12 +166,24 @@ class ResumableLoader(DataLoader):
             )
         if done * self.batch_size >= share:  # saved after the epoch's last batch: the next one
             epoch, batches, samples, order_world = epoch + 1, 0, 0, world
-        return {"epoch": epoch, "batches": batches, "samples": samples, "order_world": order_world,
-                "batch_size": self.batch_size}  # fmt: skip
+        state = {"epoch": epoch, "batches": batches, "samples": samples, "order_world": order_world,
+                 "batch_size": self.batch_size}  # fmt: skip
+        if isinstance(self.sampler, EpochShuffle):
+            state["seed"] = self.sampler.seed
+        return state
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """A checkpoint's position; one from before ``samples`` was saved is read as this run's layout."""
+        """A checkpoint's position, in the checkpoint's order: a run resumed with another ``seed`` goes on with
+        the order it was interrupted in (another would train part of the epoch twice and skip the rest). One
+        from before ``samples`` (or the seed) was saved is read as this run's layout (and seed)."""
         world, rank = _world()
+        if isinstance(self.sampler, EpochShuffle) and "seed" in state:
+            if int(state["seed"]) != self.sampler.seed and rank == 0:
+                _log.warning(
+                    "resuming with the checkpoint's training order (seed %d), not this run's seed %d",
+                    int(state["seed"]), self.sampler.seed,
+                )  # fmt: skip
+            self.sampler.seed = int(state["seed"])
         epoch, batches = int(state["epoch"]), int(state["batches"])
         saved_world = int(state.get("order_world", world))
         saved_batch = int(state.get("batch_size", self.batch_size))

@@ -130,3 +130,26 @@ def test_a_checkpoint_without_samples_resumes_as_before(monkeypatch):
     old.load_state_dict({"epoch": 3, "batches": 1})
     new.load_state_dict({"epoch": 3, "batches": 1, "samples": 8, "order_world": 2, "batch_size": 4})
     assert list(old) == list(new) == share[1:]
+
+
+def test_a_run_resumed_with_another_seed_goes_on_in_the_order_it_was_interrupted_in(monkeypatch, caplog):
+    """The order's seed travels in the loader's state: the data module reads the run's seed when it is built
+    (so DDP processes that reseed their draws share it), and a resume with ``seed=1`` of a run started with
+    ``seed=0`` would otherwise take the rest of the epoch from another permutation."""
+    torch.manual_seed(SEED)
+    epoch = 2
+    interrupted = _loader([epoch, 2])
+    saved = interrupted.state_dict()
+    assert saved["seed"] == SEED
+    rest = [i for batch in _loader([epoch, 0]) for i in batch][2 * B :]
+    torch.manual_seed(SEED + 1)  # the resumed run's other seed
+    resumed = _loader()
+    with caplog.at_level("WARNING", logger="captioning.data.resumable"):
+        resumed.load_state_dict(saved)
+    assert [i for batch in resumed for i in batch] == rest
+    assert [r.getMessage() for r in caplog.records] == [
+        f"resuming with the checkpoint's training order (seed {SEED}), not this run's seed {SEED + 1}"
+    ]
+    resumed._position = lambda: (epoch + 1, 0)  # the next epoch: the interrupted run's order too
+    expected = torch.randperm(N, generator=torch.Generator().manual_seed(SEED + epoch + 1)).tolist()
+    assert [i for batch in resumed for i in batch] == expected

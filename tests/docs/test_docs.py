@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -149,38 +150,54 @@ def test_every_result_file_has_content_and_no_machine_path():
     assert not bad, "\n".join(bad)
 
 
-# ``python -m pytest [options] tests/...py -k EXPR`` in a page: the command a reader runs to check a claim
-PYTEST_K = re.compile(r"pytest\b[^\n`]*?\s(tests/\S+\.py)\s[^\n`]*?-k\s+(\w+)")
+# A pytest command in a page (a code block's line, continuations joined, or inline code): the command a
+# reader runs to check a claim
+PYTEST_COMMAND = re.compile(r"\bpytest\s([^`\n]*)")
+TEST_PATH = re.compile(r"^tests/\S+\.py(::\S+)?$")
 
 
-def _documented_test_selections() -> list[tuple[str, str, str]]:
+def _documented_test_selections() -> list[tuple[str, list[str], str]]:
+    """(page, the test files or node ids, the -k expression) of every documented ``pytest ... -k ...``."""
     found = []
-    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
-        for path, expr in PYTEST_K.findall(page.read_text(encoding="utf-8")):
-            found.append((page.relative_to(REPO).as_posix(), path, expr))
+    for page in [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        text = page.read_text(encoding="utf-8").replace("\\\n", " ")
+        for command in PYTEST_COMMAND.findall(text):
+            if not re.search(r"(^|\s)-k\b", command):
+                continue  # prose may follow the word ("pytest (the demo's browser test)")
+            words = shlex.split(command, comments=True)
+            expr = next((words[k + 1] for k, w in enumerate(words[:-1]) if w == "-k"), None)
+            paths = [w for w in words if TEST_PATH.match(w)]
+            if expr is not None:
+                assert paths, f"{page.name}: pytest {command}: -k without a test file to select from"
+                found.append((page.relative_to(REPO).as_posix(), paths, expr))
     return found
 
 
 def test_every_test_selection_a_page_documents_selects_a_test():
     """A ``-k`` that matches nothing runs nothing and passes ("deselected"), so a renamed test left the
     docs pointing readers to a check that no longer exists (the DDP resume test's name did). The files are
-    collected once; a one-word ``-k`` selects the tests whose id holds the word (pytest's match, less its
-    markers and class names)."""
+    collected once, and a one-word ``-k`` is found in a test's id; any other (``"a and not b"``, a marker's
+    name) is asked of pytest itself."""
     selections = _documented_test_selections()
     assert len(selections) >= 5  # the cluster guide's commands at least
-    files = sorted({path for _, path, _ in selections})
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    ids = [line for line in done.stdout.splitlines() if "::" in line]
-    assert {i.split("::")[0] for i in ids} == set(files), done.stdout[-2000:] + done.stderr[-2000:]
-    empty = [
-        f"{page}: pytest {path} -k {expr} selects no test"
-        for page, path, expr in selections
-        if not any(i.startswith(f"{path}::") and expr.lower() in i.lower() for i in ids)
-    ]
+
+    def collect(*args: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    ids = collect(*sorted({p.split("::")[0] for _, paths, _ in selections for p in paths}))
+    empty = []
+    for page, paths, expr in selections:
+        ours = [
+            i for i in ids if any(i == p or i.startswith(f"{p}::") or i.startswith(f"{p}[") for p in paths)
+        ]
+        word = re.fullmatch(r"\w+", expr) and any(expr.lower() in i.lower() for i in ours)
+        if not (word or collect(*paths, "-k", expr)):
+            empty.append(f"{page}: pytest {' '.join(paths)} -k {expr!r} selects no test")
     assert not empty, "\n".join(empty)
