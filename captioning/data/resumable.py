@@ -8,8 +8,9 @@ at all in that epoch; a preempted SLURM job then ends with other weights than an
 Here the order of epoch ``e`` is a function of the run's seed and ``e`` alone (the data module's
 ``order_seed``, torch's initial seed when it was built, which ``seed_everything`` set, plus ``e``): no draw
 from the global generator, so the order does not depend on what ran before, and every DDP process shares
-it though each draws its own random numbers (training/distributed.py). The state is (epoch, batches already trained in it); the resumed epoch skips those
-batches' indices without reading their images.
+it though each draws its own random numbers (training/distributed.py). The state is (epoch, batches
+already trained in it, the seed); the resumed epoch skips those batches' indices without reading their
+images.
 
 Starting an epoch's iterator draws nothing from the global generator either. A DataLoader iterator draws
 its workers' base seed when it is created, from the loader's ``generator`` or, without one, from torch's
