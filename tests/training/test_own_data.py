@@ -107,11 +107,18 @@ def test_early_stopping_says_why_it_ended_the_run(tmp_path, capsys):
     # min_delta 100: the first validation sets the best CIDEr-D, the second cannot beat it by that much
     stop = ("+callbacks.early_stopping={_target_: pytorch_lightning.callbacks.EarlyStopping, "
             "monitor: val/CIDEr, mode: max, patience: 1, min_delta: 100}")  # fmt: skip
-    cfg = compose_train([*TINY, "trainer.max_epochs=5", "trainer.limit_train_batches=2", stop], tmp_path)
+    ranked = "callbacks.model_checkpoint.monitor=val/CIDEr"  # the checkpoint ranked as the stopper watches
+    cfg = compose_train(
+        [*TINY, "trainer.max_epochs=5", "trainer.limit_train_batches=2", stop, ranked], tmp_path
+    )
     train(cfg)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("early stopping")]
     assert len(lines) == 1, lines
     line = lines[0]
     assert line.startswith("early stopping ended the run in epoch 1 of max_epochs=5")
     assert "val/CIDEr did not improve by more than min_delta=100 for 1 validation (patience=1)" in line
-    assert "best val/CIDEr " in line and " in epoch 0;" in line
+    # the best as the kept checkpoint has it (the stopper's own best moves only on gains above min_delta)
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert summary["monitor"] == "val/CIDEr"
+    best = summary["best"]
+    assert f"best val/CIDEr {best['metrics']['val/CIDEr']:.4f} in epoch {best['epoch']};" in line

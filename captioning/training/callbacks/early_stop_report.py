@@ -37,10 +37,15 @@ class EarlyStopReport(pl.Callback):
             if value is not None:
                 self.history.setdefault(es.monitor, []).append((trainer.current_epoch, float(value)))
 
-    def _best_epoch(self, es: EarlyStopping) -> int | None:
-        """The first validation whose value is the stopper's best (it keeps the very value it was given)."""
-        best = float(es.best_score)
-        return next((epoch for epoch, v in self.history.get(es.monitor, []) if v == best), None)
+    def _best(self, es: EarlyStopping) -> tuple[int, float] | None:
+        """(epoch, value) of the first validation with the best finite value, as the best checkpoint is
+        ranked. Not the stopper's own ``best_score``: it moves only on a gain above ``min_delta``, so after a
+        smaller gain it names an earlier epoch than the checkpoint kept."""
+        seen = [(epoch, v) for epoch, v in self.history.get(es.monitor, []) if math.isfinite(v)]
+        if not seen:
+            return None
+        top = (max if es.mode == "max" else min)(v for _, v in seen)
+        return next((epoch, v) for epoch, v in seen if v == top)
 
     def describe(self, es: EarlyStopping, trainer: pl.Trainer) -> str | None:
         """The line for a stopper that ended the run, or None if it did not."""
@@ -53,11 +58,10 @@ class EarlyStopReport(pl.Callback):
         if name == "NOT_STOPPED":
             return None
         epochs = f"in epoch {es.stopped_epoch} of max_epochs={trainer.max_epochs} (epochs count from 0)"
-        best = float(es.best_score)
-        best_text = f"best {es.monitor} {best:.4f}" if math.isfinite(best) else f"no finite {es.monitor} yet"
-        best_epoch = self._best_epoch(es) if math.isfinite(best) else None
-        if best_epoch is not None:
-            best_text += f" in epoch {best_epoch}"
+        best = self._best(es)
+        best_text = (
+            f"best {es.monitor} {best[1]:.4f} in epoch {best[0]}" if best else f"no finite {es.monitor} yet"
+        )
         if name == "PATIENCE_EXHAUSTED":
             why = (
                 f"{es.monitor} did not improve by more than min_delta={abs(es.min_delta):g} for "
