@@ -51,9 +51,8 @@ def _check_overrides(overrides: Sequence[str], what: str) -> list[str]:
     return list(overrides)
 
 
-def _compose(config: str, overrides: list[str], explain=None):
-    """The composed config, or ConfigError with the one line the commands print (``explain(err,
-    overrides)``: a better line, or None)."""
+def _compose(config: str, overrides: list[str]):
+    """The composed config, or ConfigError with the one line the commands print."""
     from captioning.compose import compose_config
 
     try:
@@ -61,7 +60,7 @@ def _compose(config: str, overrides: list[str], explain=None):
     except Exception as err:  # noqa: BLE001 - only what composition refuses is re-raised as one line
         if not is_user_error(err):
             raise
-        raise ConfigError((explain and explain(err, overrides)) or one_line(err)) from err
+        raise ConfigError(one_line(err)) from err
 
 
 def train(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> TrainingRun:
@@ -86,11 +85,10 @@ def train(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> T
     from omegaconf import OmegaConf, open_dict
 
     from captioning.training.train import train as run_training
-    from captioning.training.train import unknown_key_message
 
     if any(o.lstrip("+~").startswith("output_dir=") for o in overrides):
         raise ConfigError("train: output_dir is the run folder: give run_dir= instead")
-    cfg, _ = _compose("train", overrides, unknown_key_message)
+    cfg, _ = _compose("train", overrides)
     with open_dict(cfg):  # what Hydra's run sets (${hydra:runtime.output_dir}); no override quoting needed
         cfg.output_dir = str(run.resolve())
 

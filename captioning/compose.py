@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, open_dict
 
 CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")  # captioning/conf/, shipped inside the package
@@ -18,20 +19,62 @@ def compose_config(config_name: str, overrides: list[str]) -> tuple[DictConfig, 
     """
     from captioning.config_safety import check_targets
     from captioning.config_yaml import check_yaml_files, searchpath_overrides
+    from captioning.errors import ConfigError
 
     check_yaml_files(searchpath_overrides(overrides))  # a user's config folder: bounded YAML, no tags
+    refused = None
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         try:
             cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
         except RecursionError:  # Hydra's report of a defaults cycle is a RecursionError's 2,500 lines
-            from captioning.errors import ConfigError
-
             raise ConfigError(
                 f"config {config_name!r}: its defaults lists include each other (a cycle), so it never "
                 "finishes composing"
             ) from None
+        except ConfigCompositionException as err:
+            refused = err
+    if refused is not None:  # after the block: naming the nearest key composes again
+        line = unknown_key_message(config_name, refused, overrides)
+        if line is None:
+            raise refused
+        raise ConfigError(line) from refused
     check_targets(cfg)  # every _target_ (the hydra node's too) on the allow-list, before anything is built
     choices = {k: str(v) for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, choices
+
+
+def unknown_key_message(config_name: str, err: Exception, overrides: list[str]) -> str | None:
+    """For an override of a key the config lacks, one line with the closest existing key ("did you mean
+    trainer.max_epochs?") instead of Hydra's advice to add it with ``+`` (a key nothing would read); None
+    for another refusal."""
+    import difflib
+    import re
+
+    from omegaconf import OmegaConf
+
+    match = re.search(r"Could not override '([^']+)'", str(err))
+    if not match:
+        return None
+    wrong = match.group(1)
+    where = (
+        "`captioning-train --cfg job`" if config_name == "train" else f"captioning/conf/{config_name}.yaml"
+    )
+    try:
+        cfg, _ = compose_config(
+            config_name, [a for a in overrides if a.split("=", 1)[0].lstrip("+~") != wrong]
+        )
+        close = difflib.get_close_matches(
+            wrong, _leaf_keys(OmegaConf.to_container(cfg, resolve=False)), 1, 0.7
+        )
+    except Exception:  # noqa: BLE001 - another mistake among the overrides: this one is still named
+        close = []
+    hint = f"did you mean {close[0]}?" if close else f"see {where} for the keys"
+    return f"{wrong}: no such config key; {hint} (a leading + would add a key that nothing reads)"
+
+
+def _leaf_keys(node: object, prefix: str = "") -> list[str]:
+    if not isinstance(node, dict):
+        return [prefix]
+    return [key for k, v in node.items() for key in _leaf_keys(v, f"{prefix}.{k}" if prefix else str(k))]

@@ -6,9 +6,7 @@ Ends by printing ``best checkpoint: PATH`` (scripts rely on that line).
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -144,31 +142,6 @@ def is_global_zero() -> bool:
     return int(os.environ.get("LOCAL_RANK", 0)) == 0 and int(node) == 0
 
 
-def unknown_key_message(err: Exception, overrides: list[str]) -> str | None:
-    """For an override of a key the config lacks, one line with the closest existing key ("did you mean
-    trainer.max_epochs?") instead of Hydra's advice to add it with ``+`` (a key nothing would read)."""
-    match = re.search(r"Could not override '([^']+)'", str(err))
-    if not match:
-        return None
-    wrong = match.group(1)
-    from captioning.compose import compose_config
-
-    try:
-        cfg, _ = compose_config("train", [a for a in overrides if a.split("=", 1)[0].lstrip("+~") != wrong])
-    except Exception:  # noqa: BLE001 - Hydra's own message rather than a second error
-        return None
-    leaves = _leaf_keys(OmegaConf.to_container(cfg, resolve=False))
-    close = difflib.get_close_matches(wrong, leaves, n=1, cutoff=0.7)
-    hint = f"did you mean {close[0]}?" if close else "see `captioning-train --cfg job` for the keys"
-    return f"{wrong}: no such config key; {hint} (a leading + would add a key that nothing reads)"
-
-
-def _leaf_keys(node: object, prefix: str = "") -> list[str]:
-    if not isinstance(node, dict):
-        return [prefix]
-    return [key for k, v in node.items() for key in _leaf_keys(v, f"{prefix}.{k}" if prefix else str(k))]
-
-
 def run_dir_value(arg: str) -> str | None:
     """The folder of a ``hydra.run.dir=...`` override as Hydra reads it: quotes removed (Lightning's DDP
     launcher starts the other processes with ``hydra.run.dir="<dir>"``; taken literally, that made a folder
@@ -227,8 +200,7 @@ def cli() -> None:
         except Exception as err:  # noqa: BLE001 - only what composition refuses lands here
             if not is_user_error(err):
                 raise
-            message = unknown_key_message(err, kept) or one_line(err)
-            print(f"captioning-train: error: {message}", file=sys.stderr, flush=True)
+            print(f"captioning-train: error: {one_line(err)}", file=sys.stderr, flush=True)
             sys.exit(2)
     main()
 

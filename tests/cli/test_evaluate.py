@@ -51,8 +51,15 @@ def test_an_unwritable_out_dir_is_refused_before_any_work(
         ("data.test.seed=abc", "data.test.seed='abc': expected an integer"),
         ("batch_size=0", "batch_size=0: expected an integer >= 1"),
         ("device=mps", "device=mps: Apple's MPS is not available"),
+        # Hydra's own advice was "use +data.test.num_image=2": a key that nothing reads
+        (
+            "data.test.num_image=2",
+            "data.test.num_image: no such config key; did you mean data.test.num_images?",
+        ),
+        ("decoding.num_beam=2", "decoding.num_beam: no such config key; did you mean decoding.num_beams?"),
+        ("zzz=1", "zzz: no such config key; see captioning/conf/eval.yaml for the keys"),
     ],
-    ids=["bool", "unknown-key", "data-type", "batch-size", "device"],
+    ids=["bool", "unknown-key", "data-type", "batch-size", "device", "typo", "decoding-typo", "no-such-key"],
 )
 def test_evaluate_checks_its_config_like_training_does(
     override, fragment, good_checkpoint, tmp_path, capsys
