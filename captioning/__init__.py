@@ -24,6 +24,7 @@ _EXPORTS = {
     "CaptionResult": "captioning.inference.captioner",
     "GenerationConfig": "captioning.decoding.config",
     "CheckpointError": "captioning.checkpoints.load",
+    "ImageInputError": "captioning.inference.results",  # unreadable inputs; .results: the good ones' captions
     "export_checkpoint": "captioning.checkpoints.export",
     "train": "captioning.api",  # captioning.api is an entry point: loaded only when called for
     "evaluate": "captioning.api",

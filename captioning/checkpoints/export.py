@@ -61,6 +61,11 @@ def export_checkpoint(
     for path in paths:
         if path.is_file() and is_export(path):
             load_checkpoint(path)  # a broken one is named for what is broken
+            if len(paths) > 1:  # a zoo model is one too: its optimizer state and training config are gone
+                raise CheckpointError(
+                    f"{path}: is a weights-only export; averaging takes training checkpoints (.ckpt) of one "
+                    "network (the last of a run, or runs fine-tuned from one checkpoint)"
+                )
             raise CheckpointError(f"{path}: is already a weights-only export (copy it instead)")
         checkpoints.append(read_checkpoint(path))  # read once: checked and exported from the same dict
         parts.append((path, *checkpoint_parts(checkpoints[-1], path)))

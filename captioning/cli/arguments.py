@@ -32,8 +32,18 @@ ENSEMBLE_HELP = (
     "own encoder)"
 )
 
+ZOO_HELP = "a zoo model's name (e.g. flickr8k-wide-scst; `captioning models` lists them)"
+
 
 def add_checkpoints(parser: argparse.ArgumentParser, help: str) -> None:
     """The ``--checkpoint`` of the commands that read models: required, repeatable (``args.checkpoint`` is a
-    list: an ensemble, or refused by the command that serves one model), each a file or a zoo name."""
-    parser.add_argument("--checkpoint", required=True, action="append", type=checkpoint_arg, help=help)
+    list: an ensemble, or refused by the command that serves one model), each a file or a zoo name. ``help``
+    says what the command takes; the zoo names are said here, once for all of them."""
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        action="append",
+        type=checkpoint_arg,
+        metavar="CKPT|NAME",
+        help=f"{ZOO_HELP}, or {help}",
+    )

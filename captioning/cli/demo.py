@@ -85,7 +85,9 @@ def check_address(host: str, port: int) -> str | None:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "demo", help="serve the demo page (upload an image, see captions and attention)"
+        "demo",
+        help="serve the demo page (upload an image, see captions and attention)",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
     )
     add_checkpoints(  # repeatable: given twice is refused in run(), not silently the last one
         p, "a .ckpt or an exported .safetensors (one: the page serves one model)"

@@ -26,9 +26,11 @@ def add_parser(subparsers) -> None:
         action="append",
         type=checkpoint_arg,
         default=None,
+        metavar="CKPT",
         help="a .ckpt written by captioning-train (or give it first, without the flag: export CKPT OUT); "
         "given more than once (--checkpoint A --checkpoint B), the uniform average of their weights: "
-        "checkpoints of one network, from one run or fine-tuned from one checkpoint",
+        "training checkpoints (.ckpt) of one network, from one run or fine-tuned from one checkpoint; "
+        "zoo models and other exports hold no training state to average",
     )
     p.add_argument(
         "checkpoint", nargs="?", type=checkpoint_arg, default=None, metavar="CKPT", help=argparse.SUPPRESS

@@ -35,7 +35,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="ptb: the toolkit's Java PTB tokenizer (official numbers); simple: the training tokenizer; "
         "none: captions are already tokenised (default: ptb)",
     )
-    parser.add_argument("--metrics", nargs="+", choices=METRICS, default=list(METRICS), metavar="METRIC")
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        choices=METRICS,
+        default=list(METRICS),
+        metavar="METRIC",
+        help=f"the metrics to compute, of {', '.join(METRICS)} (default: all)",
+    )
     parser.add_argument(
         "--out",
         type=path_arg,

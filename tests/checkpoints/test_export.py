@@ -36,7 +36,21 @@ def test_an_export_never_replaces_a_good_file_with_a_bad_one_nor_overwrites_its_
     assert_one_line(capsys.readouterr().err, "is the checkpoint being exported")
     assert good_checkpoint.read_bytes() == source
     assert captioning_main(["export", str(out), str(tmp_path / "again.safetensors")]) == 2
-    assert_one_line(capsys.readouterr().err, "already a weights-only export")
+    assert_one_line(capsys.readouterr().err, "already a weights-only export (copy it instead)")
+    # averaging an export (a zoo model, say) with anything: "copy it" would be no answer
+    two = [
+        "export",
+        "--checkpoint",
+        str(good_checkpoint),
+        "--checkpoint",
+        str(out),
+        str(tmp_path / "s.safetensors"),
+    ]
+    assert captioning_main(two) == 2
+    line = assert_one_line(
+        capsys.readouterr().err, f"{out}: is a weights-only export; averaging takes training"
+    )
+    assert "copy it" not in line
 
 
 def test_an_export_with_integer_weights_or_a_header_nested_too_deep_is_refused(

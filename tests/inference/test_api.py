@@ -235,7 +235,7 @@ def test_the_readme_sampling_example_runs_with_a_zoo_model(zoo_soft, photos):
 
 
 def test_bad_inputs_cost_the_good_ones_nothing_and_are_all_named(ckpt, scene_png, tmp_path):
-    from captioning.inference.captioner import ImageInputError
+    from captioning import ImageInputError  # the package exports it: what a caller catches
 
     model = Captioner.from_checkpoint(ckpt)
     missing = tmp_path / "missing.png"
