@@ -225,7 +225,8 @@ def test_a_requeued_ddp_run_whose_sigterm_reaches_one_process_first_stops_every_
         "(sleep 0.5; pkill -TERM -P $PPID -f captioning.training.train) >/dev/null 2>&1 &\n"
     )
     run = tmp_path / "run"
-    extra = ("+callbacks.slurm_requeue.wait_s=60", "trainer.strategy.timeout_s=10")
+    # the wait longer than the collectives' timeout, as by default (600 s, 300 s); 60 s for the rendezvous
+    extra = ("+callbacks.slurm_requeue.wait_s=200", "trainer.strategy.timeout_s=60")
     assert _ddp_run(run, 3, extra=extra) == 143
     assert fake_slurm.read_text() == "requeue 4242\n"
     stderr = (tmp_path / "run.stderr").read_text()
