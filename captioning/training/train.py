@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from captioning.runtime import configure_process
@@ -66,11 +67,20 @@ class StoppedBySignal(Exception):
     """The run was stopped by SIGTERM before it finished (exit status 143, as for a process killed by it)."""
 
 
+QUIET_LIGHTNING_WARNING = (
+    "You have overridden `on_before_batch_transfer` in `LightningModule` but have passed in"
+)
+
+
 def fit(trainer: pl.Trainer, model, datamodule, ckpt_path: str | None, output_dir: str) -> None:
     """``trainer.fit``; a setting Lightning refuses once the data are known is a config mistake, a stop
     by SIGTERM a :class:`StoppedBySignal` saying how to go on."""
     try:  # weights_only: resuming never unpickles code either (the checkpoint holds tensors and plain data)
-        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+        with warnings.catch_warnings():
+            # Lightning says the module's on_before_batch_transfer (the feature cache's lookup) is used though
+            # a datamodule is given: as intended (the datamodule has none), so noise in every run's log
+            warnings.filterwarnings("ignore", message=QUIET_LIGHTNING_WARNING)
+            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except SIGTERMException:
         pass  # reported below, as when Lightning stops gracefully
     except ValueError as err:  # settings Lightning checks only once the data are known

@@ -19,6 +19,18 @@ def test_fast_dev_run_of_each_decoder(decoder, tmp_path):
     assert cfg.model.decoder.vocab_size > 10  # filled in from the synthetic vocabulary
 
 
+def test_a_run_logs_no_warning_about_the_feature_lookup_hook(tmp_path, recwarn):
+    """The module's ``on_before_batch_transfer`` (the feature cache's lookup) with a datamodule is the
+    intent; Lightning's warning about it ("... but have passed in a LightningDataModule") was noise in every
+    run's log. Other warnings still show."""
+    from pytorch_lightning.trainer.connectors.data_connector import warning_cache
+
+    warning_cache.clear()  # Lightning warns once a process: another test may have had it already
+    train(compose_train([*TINY, "+trainer.fast_dev_run=true"], tmp_path))
+    assert not [w for w in recwarn if "on_before_batch_transfer" in str(w.message)]
+    assert recwarn.list  # warnings are not silenced wholesale (Lightning has others for a tiny run)
+
+
 def test_short_training_writes_a_self_contained_checkpoint(tmp_path):
     cfg = compose_train([*TINY, "trainer.max_epochs=2", "logger=csv"], tmp_path)
     best = train(cfg)
