@@ -46,13 +46,18 @@ class SignalAt(pl.Callback):
             os.kill(os.getpid(), signal.Signals[self.signal])
 
 
+def _steps(draws: str, rank: int) -> dict[int, tuple[list, int]]:
+    """Step -> (its batch's images, the generator's fingerprint) on ``rank``; a step drawn again after a
+    resume: its last drawing."""
+    with open(f"{draws}.rank{rank}") as lines:
+        return {step: (ids, state) for step, ids, state in (json.loads(line) for line in lines)}
+
+
 def read_draws(draws: str, rank: int) -> dict[int, list]:
     """Step -> the images of its batch on ``rank`` (a step drawn again after a resume: its last drawing)."""
-    with open(f"{draws}.rank{rank}") as lines:
-        return {step: ids for step, ids, _ in (json.loads(line) for line in lines)}
+    return {step: ids for step, (ids, _) in _steps(draws, rank).items()}
 
 
 def read_streams(draws: str, rank: int) -> dict[int, int]:
     """Step -> the fingerprint of ``rank``'s torch generator state as the step started."""
-    with open(f"{draws}.rank{rank}") as lines:
-        return {step: state for step, _, state in (json.loads(line) for line in lines)}
+    return {step: state for step, (_, state) in _steps(draws, rank).items()}
