@@ -14,16 +14,12 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
-def checkpoint_arg(text: str) -> Path:
-    """argparse ``type`` of every ``--checkpoint``: a file path, or the name of a zoo model
-    (``captioning models``), resolved to its file and SHA-256 checked (captioning/zoo.py)."""
-    from captioning.zoo import ZooError, checkpoint_path
-
+def checkpoint_arg(text: str) -> str:
+    """argparse ``type`` of every ``--checkpoint``: a file path or the name of a zoo model, kept as given.
+    A name is resolved to its file after parsing (captioning/cli/paths.py ``resolve_checkpoints``), so that
+    a misspelt one is one line with the nearest names, not argparse's usage block before it."""
     path_arg(text)  # an empty string is no file and no name
-    try:
-        return checkpoint_path(text)
-    except ZooError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 ENSEMBLE_HELP = (

@@ -219,6 +219,10 @@ def run(args: argparse.Namespace) -> int:
 
     def files():  # a folder that expand_inputs found no image in is named here; the rest are read by the API
         for i, path in enumerate(paths):
+            if GLOB_CHARS & set(str(path)) and not path.exists():  # kept as given by expand_inputs
+                err(f"{_printable(str(path))}: no file or folder matches this pattern")
+                failures["images"] += 1
+                continue
             if _is_dir(path):
                 err(
                     f"{_printable(str(path))}: is a folder, not an image file, and holds no image files "

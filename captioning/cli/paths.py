@@ -80,13 +80,35 @@ def _checkpoints(args) -> list[Path]:
     return [Path(v) for v in (value if isinstance(value, list) else [value])]
 
 
+def resolve_checkpoints(args) -> list[str]:
+    """Every ``--checkpoint`` of ``args`` as a path, in place: a zoo model's name becomes its file (SHA-256
+    checked, captioning/zoo.py), a path stays as given. Returns one line per value that is neither a file
+    nor a zoo name (with the nearest names), [] when all resolved."""
+    from captioning.zoo import ZooError, checkpoint_path
+
+    value = getattr(args, "checkpoint", None)
+    if value is None:
+        return []
+    lines, paths = [], []
+    for text in value if isinstance(value, list) else [value]:
+        try:
+            paths.append(checkpoint_path(str(text)))
+        except ZooError as err:
+            lines.append(str(err))
+    if not lines:
+        args.checkpoint = paths if isinstance(value, list) else paths[0]
+    return lines
+
+
 def problems(args) -> list[str]:
     """The lines to print before refusing the command ``args`` (parsed), or [] to run it.
 
-    Every ``--checkpoint`` (a zoo name is already its file: captioning/cli/arguments.py checkpoint_arg) must be
+    Every ``--checkpoint`` is resolved (a zoo name to its file: :func:`resolve_checkpoints`) and must be
     a file. Image arguments are refused here only when none of them names anything, so that one missing
     photo among many is reported beside the captions of the others, as before."""
-    lines = [p for c in _checkpoints(args) if (p := file_problem(c, "checkpoint file"))]
+    lines = resolve_checkpoints(args) or [
+        p for c in _checkpoints(args) if (p := file_problem(c, "checkpoint file"))
+    ]
     images = getattr(args, "images", None)
     if images:
         missing = [p for item in images if (p := image_problem(item))]

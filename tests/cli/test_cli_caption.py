@@ -270,3 +270,14 @@ def test_one_missing_image_among_good_ones_is_still_reported_beside_their_captio
     out, err = capsys.readouterr()
     assert out.startswith(f"{scene_files[0]}\t")
     assert f"{missing}: no such image file" in err
+
+
+def test_a_glob_that_matches_nothing_is_named_as_a_pattern_beside_the_captions_of_the_rest(
+    tiny_checkpoint, scene_files, capsys
+):
+    pattern = str(scene_files[0].with_name("nothing-*.png"))
+    assert main(["caption", str(scene_files[0]), pattern, "--checkpoint", tiny_checkpoint]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{scene_files[0]}\t") and len(out.splitlines()) == 1
+    assert f"error: {pattern}: no file or folder matches this pattern" in err
+    assert "no such image file" not in err  # a pattern is not a file name
