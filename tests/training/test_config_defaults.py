@@ -4,7 +4,8 @@ that argument's default in the code, so reading either tells the truth about a d
 Checked over every YAML file of captioning/conf (every group, experiments and debug settings included), for
 every ``_target_`` node the file itself writes (a file that only composes another, like
 ``model/decoder/hard_gumbel.yaml`` over ``soft``, changes values on purpose: that is its variant). Third-party
-targets (torch's AdamW, Lightning's Trainer) have their own defaults and are not compared.
+targets (torch's AdamW, Lightning's Trainer), and our subclasses that keep their constructor, have their own
+defaults and are not compared.
 """
 
 from __future__ import annotations
@@ -67,7 +68,11 @@ def differences(path: Path) -> list[str]:
         target = node["_target_"]
         if not str(target).startswith("captioning."):
             continue
-        parameters = inspect.signature(get_object(target)).parameters
+        built = get_object(target)
+        constructor = built.__init__ if inspect.isclass(built) else built
+        if not getattr(inspect.getmodule(constructor), "__name__", "").startswith("captioning."):
+            continue  # a subclass that keeps a third-party constructor (EarlyStopping): its defaults are theirs
+        parameters = inspect.signature(built).parameters
         allowed = OWN_VALUES.get(name, {}).get(where, set())
         for key, value in node.items():
             parameter = parameters.get(key)

@@ -105,7 +105,7 @@ def test_an_unset_path_is_one_line_naming_the_key_and_a_command(tmp_path, monkey
 
 def test_early_stopping_says_why_it_ended_the_run(tmp_path, capsys):
     # min_delta 100: the first validation sets the best CIDEr-D, the second cannot beat it by that much
-    stop = ("+callbacks.early_stopping={_target_: pytorch_lightning.callbacks.EarlyStopping, "
+    stop = ("+callbacks.early_stopping={_target_: captioning.training.callbacks.early_stopping.EarlyStopping, "
             "monitor: val/CIDEr, mode: max, patience: 1, min_delta: 100}")  # fmt: skip
     ranked = "callbacks.model_checkpoint.monitor=val/CIDEr"  # the checkpoint ranked as the stopper watches
     cfg = compose_train(
