@@ -10,7 +10,10 @@ one line on how to go on: the same command plus ``ckpt_path=auto`` (finished job
 resume from their last.ckpt: docs/guides/sweeps.md).
 
 A job that is not in a worker process (Hydra's basic launcher runs the jobs one after another in this
-process) gets SIGTERM through Lightning's own handler while it trains, which replaces this one meanwhile.
+process; joblib with ``n_jobs=1``) gets SIGTERM through Lightning's own handler while it trains. Lightning
+calls this handler after its own; here it then only says how to go on and returns, so that the job stops
+at its next step with its ``last.ckpt`` and ``captioning-train`` exits 143 (between two such jobs, nothing
+trains: the sweep exits at once).
 """
 
 from __future__ import annotations
@@ -52,6 +55,18 @@ def in_worker_process() -> bool:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm and not multiprocessing.active_children():
+        # A job trains in this process (Hydra's basic launcher; joblib with one job), and Lightning's
+        # handler, which calls this one after its own, has marked the stop: the job saves last.ckpt at its
+        # next step and captioning-train exits 143. Exiting here lost everything since the last save.
+        print(
+            "captioning-train: sweep stopped by SIGTERM: the running job stops at its next step with its "
+            "last.ckpt; go on with the same command plus ckpt_path=auto (finished jobs are kept, the others "
+            "resume from their last.ckpt)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
     try:
         stopped = f"{stop_workers()} running job(s) stopped"
     except Exception as error:  # an exception out of a signal handler would end the sweep with status 1

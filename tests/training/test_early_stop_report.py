@@ -37,3 +37,30 @@ def test_a_minimised_metric_names_its_lowest_value():
     es.stopped_epoch, es.wait_count = 4, 2
     line = report.describe(es, SimpleNamespace(max_epochs=9))
     assert "; best val/loss 2.5000 in epoch 1;" in line
+
+
+def test_after_a_resume_the_best_named_is_still_the_kept_checkpoints(tmp_path):
+    """The history travels in the checkpoint: a run resumed after its best epoch named the best of the
+    validations since the resume (0.50) while the kept checkpoint was epoch 0's (0.90)."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from captioning.training.callbacks.early_stopping import EarlyStopping
+
+    from support.scored_module import ScoredModule
+
+    def fit(epochs: int, values: list[float], ckpt_path=None) -> EarlyStopReport:
+        report = EarlyStopReport()
+        stopper = EarlyStopping(monitor="v", mode="max", patience=2, check_on_train_epoch_end=False)
+        keep = ModelCheckpoint(dirpath=tmp_path, monitor="v", mode="max", save_last=True)
+        trainer = pl.Trainer(
+            max_epochs=epochs, callbacks=[stopper, report, keep], logger=False, enable_progress_bar=False,
+            enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path,
+        )  # fmt: skip
+        trainer.fit(ScoredModule(values), ckpt_path=ckpt_path)
+        return report
+
+    fit(2, [0.9, 0.5])  # epoch 0 is the best; interrupted after epoch 1
+    report = fit(5, [0.5, 0.5, 0.5], ckpt_path=tmp_path / "last.ckpt")  # patience runs out
+    assert report.line is not None and "early stopping ended the run in epoch" in report.line
+    assert "; best v 0.9000 in epoch 0;" in report.line

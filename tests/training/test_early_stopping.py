@@ -8,46 +8,13 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
-import torch
 import yaml
 from pytorch_lightning.callbacks import EarlyStopping as LightningEarlyStopping
-from torch.utils.data import DataLoader, TensorDataset
 
 from captioning.compose import CONFIG_DIR
 from captioning.training.callbacks.early_stopping import EarlyStopping
 
-BATCHES = 6  # training batches per epoch
-
-
-class _Scored(pl.LightningModule):
-    """Logs ``v`` = the next of ``values`` at each validation's end (a metric that never improves after the
-    first: each validation either counts toward patience or does not)."""
-
-    def __init__(self, values: list[float]) -> None:
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.zeros(1))
-        self.values, self.validations = values, []
-
-    def training_step(self, batch, batch_idx):
-        return ((self.w - batch[0].mean()) ** 2).sum()
-
-    def validation_step(self, batch, batch_idx):
-        return None
-
-    def on_validation_epoch_end(self):
-        if self.trainer.sanity_checking:
-            return
-        self.validations.append((self.trainer.current_epoch, self.trainer.global_step))
-        self.log("v", self.values[len(self.validations) - 1])
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    def train_dataloader(self):
-        return DataLoader(TensorDataset(torch.randn(BATCHES, 1)), batch_size=1)
-
-    def val_dataloader(self):
-        return DataLoader(TensorDataset(torch.randn(2, 1)), batch_size=1)
+from support.scored_module import BATCHES, ScoredModule
 
 
 class _StopAt(pl.Callback):
@@ -61,8 +28,8 @@ class _StopAt(pl.Callback):
             trainer.should_stop = True
 
 
-def _fit(stopper_class, stop_step: int, tmp_path: Path) -> tuple[_Scored, LightningEarlyStopping]:
-    module = _Scored([1.0, 0.5, 0.5, 0.5])
+def _fit(stopper_class, stop_step: int, tmp_path: Path) -> tuple[ScoredModule, LightningEarlyStopping]:
+    module = ScoredModule([1.0, 0.5, 0.5, 0.5])
     stopper = stopper_class(monitor="v", mode="max", patience=2, check_on_train_epoch_end=False)
     trainer = pl.Trainer(
         max_epochs=3, callbacks=[stopper, _StopAt(stop_step)], logger=False, enable_checkpointing=False,

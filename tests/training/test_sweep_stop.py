@@ -89,3 +89,35 @@ def test_sigterm_to_a_joblib_sweep_ends_its_workers(tmp_path) -> None:
         for proc in [sweep, *psutil.Process().children(recursive=True)]:
             if proc.pid != sweep.pid or sweep.poll() is None:
                 proc.kill()
+
+
+@pytest.mark.slow  # a sweep of two endless tiny jobs in one process, stopped once the first trains (~30 s)
+def test_sigterm_to_a_sweep_that_trains_in_its_own_process_saves_the_running_job(tmp_path) -> None:
+    """Hydra's basic launcher runs the jobs in the sweep's process, where Lightning's SIGTERM handler calls
+    this module's after its own: that one exited at once (143, "0 running job(s) stopped") and the running
+    job's steps were lost. Now the job stops at its next step with its last.ckpt, and the next job never
+    starts."""
+    sweep_dir = tmp_path / "sweep"
+    cmd = [
+        *_captioning_train(), "-m", "seed=0,1", *TINY, "trainer.max_steps=1000000",
+        "trainer.max_epochs=100000", "callbacks.progress_lines.every_n_steps=1", f"hydra.sweep.dir={sweep_dir}",
+    ]  # fmt: skip
+    log = tmp_path / "out.txt"
+    with open(log, "w") as out:
+        sweep = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        while "step 3/" not in log.read_text():  # the first job trains
+            assert sweep.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        sweep.send_signal(signal.SIGTERM)
+        assert sweep.wait(timeout=120) == 143, log.read_text()[-3000:]
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    text = log.read_text()
+    assert "the running job stops at its next step" in text and "ckpt_path=auto" in text
+    assert "stopped by SIGTERM at step" in text  # the job's own line: where it stopped
+    assert (sweep_dir / "0" / "checkpoints" / "last.ckpt").is_file()
+    assert not (sweep_dir / "1").exists()  # the sweep ended with the job

@@ -6,7 +6,8 @@
 
 It watches whatever ``EarlyStopping`` callback the run has (any config's ``callbacks.early_stopping``,
 Lightning's own class), so it sits in the default callbacks (captioning/conf/callbacks/default.yaml) and
-needs nothing from the experiments. A run that ends at max_epochs, max_time or a signal prints nothing.
+needs nothing from the experiments. A run that ends at max_epochs, max_time or a signal prints nothing. The
+validations it has seen travel in the checkpoint, so a resumed run names the best of the whole run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ class EarlyStopReport(pl.Callback):
             str, list[tuple[int, float]]
         ] = {}  # monitor -> [(epoch, value)] of each validation
         self.line: str | None = None  # the line printed, for tests
+
+    def state_dict(self) -> dict[str, list[list[float]]]:
+        # In the checkpoint: a resumed run names the best of the whole run, as the kept checkpoint has it.
+        return {monitor: [[epoch, value] for epoch, value in seen] for monitor, seen in self.history.items()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.history = {m: [(int(e), float(v)) for e, v in seen] for m, seen in state_dict.items()}
 
     @staticmethod
     def _stoppers(trainer: pl.Trainer) -> list[EarlyStopping]:
