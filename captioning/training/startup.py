@@ -31,9 +31,11 @@ from captioning.config_safety import check_targets
 from captioning.data.vocab import SPECIALS, Vocab
 from captioning.errors import ConfigError, one_line
 from captioning.training.build import build_model
+from captioning.training.job_record import finished_run_differences, read_summary, restore_hydra_files
 from captioning.training.requeue import resume_requeued
 from captioning.training.resume import (
     AUTO,
+    ResumeError,
     averages_weights,
     check_fresh_run_dir,
     check_resume_matches,
@@ -66,6 +68,7 @@ def check_before_data(cfg: DictConfig) -> Start:
     ):  # a sweep re-run after a stop: its finished jobs are not trained again
         done = finished_run(cfg.output_dir)
         if done:
+            check_finished_run_is_this_job(cfg, done)
             print(
                 f"ckpt_path=auto: {cfg.output_dir} holds a finished run (run.json); its best: {done}",
                 file=sys.stderr,
@@ -89,6 +92,24 @@ def check_before_data(cfg: DictConfig) -> Start:
                 file=sys.stderr,
             )
     return Start(ckpt_path=ckpt_path)
+
+
+def check_finished_run_is_this_job(cfg: DictConfig, checkpoint: str) -> None:
+    """``ckpt_path=auto`` found a finished run in this job's folder: it stands for this job only if it was
+    trained with this job's config (captioning/training/job_record.py). Otherwise one line naming the keys
+    that differ, and the folder's ``.hydra/`` files written back (Hydra had put this job's there)."""
+    summary = read_summary(cfg.output_dir)
+    differences = finished_run_differences(cfg, summary, checkpoint)
+    if not differences:
+        return
+    restored = restore_hydra_files(cfg.output_dir, summary)
+    shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
+    raise ResumeError(
+        f"ckpt_path=auto: {cfg.output_dir} holds a finished run of another config ({shown}), so its "
+        f"checkpoint is not this job's; re-run the original command (a sweep's values in their original "
+        f"order), or give this job a folder of its own (hydra.run.dir / hydra.sweep.dir)"
+        + ("; the folder's .hydra/ files were written back from its run.json" if restored else "")
+    )
 
 
 HALF_WEIGHTS = {"bf16-true": 8, "16-true": 11}  # precision -> bits of the weights' significand

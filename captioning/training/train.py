@@ -24,9 +24,10 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException  # noqa: E40
 from captioning.compose import CONFIG_DIR  # noqa: E402
 from captioning.config_command_line import command_line_problem  # noqa: E402
 from captioning.errors import ConfigError, is_user_error, one_line  # noqa: E402
-from captioning.training import startup, sweep_stop  # noqa: E402
+from captioning.training import job_record, startup, sweep_stop  # noqa: E402
 from captioning.training.build import build_model  # noqa: E402
 from captioning.training.callbacks.progress_lines import bar_on  # noqa: E402
+from captioning.training.ctrl_c import ctrl_c_stops  # noqa: E402
 from captioning.training.resume import last_checkpoint_path  # noqa: E402
 from captioning.training.startup import instantiate, instantiate_dict  # noqa: E402
 from captioning.training.validate import check_config  # noqa: E402
@@ -34,6 +35,7 @@ from captioning.training.validate import check_config  # noqa: E402
 
 def train(cfg: DictConfig) -> str:
     """Train ``cfg`` (a composed captioning/conf/train.yaml); returns the best checkpoint's path."""
+    job = job_record.job_record(cfg)  # the config as composed: run.json keeps it for ckpt_path=auto's check
     start = startup.check_before_data(cfg)  # config mistakes fail here in seconds, before the data are read
     if start.finished:  # ckpt_path=auto in the folder of a finished run: nothing to train
         return start.finished
@@ -47,6 +49,7 @@ def train(cfg: DictConfig) -> str:
     startup.check_resume(cfg, start.ckpt_path, vocab, model)
 
     callbacks = instantiate_dict(cfg.get("callbacks"))
+    job_record.attach(callbacks, job)
     loggers = instantiate_dict(cfg.get("logger"))
     for logger in loggers:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
@@ -64,7 +67,12 @@ def train(cfg: DictConfig) -> str:
 
 
 class StoppedBySignal(Exception):
-    """The run was stopped by SIGTERM before it finished (exit status 143, as for a process killed by it)."""
+    """The run was stopped by SIGTERM (exit status 143, as for a process killed by it) or Ctrl-C (130)
+    before it finished."""
+
+    def __init__(self, message: str, status: int = 143) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 QUIET_LIGHTNING_WARNING = (
@@ -80,7 +88,8 @@ def fit(trainer: pl.Trainer, model, datamodule, ckpt_path: str | None, output_di
             # Lightning says the module's on_before_batch_transfer (the feature cache's lookup) is used though
             # a datamodule is given: as intended (the datamodule has none), so noise in every run's log
             warnings.filterwarnings("ignore", message=QUIET_LIGHTNING_WARNING)
-            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+            with ctrl_c_stops(trainer) as ctrl_c:  # Ctrl-C stops as SIGTERM does: at the step's end, saved
+                trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except SIGTERMException:
         pass  # reported below, as when Lightning stops gracefully
     except ValueError as err:  # settings Lightning checks only once the data are known
@@ -89,8 +98,9 @@ def fit(trainer: pl.Trainer, model, datamodule, ckpt_path: str | None, output_di
         raise ConfigError(f"trainer: {one_line(err)}") from err
     if trainer.received_sigterm:  # a stop is not a finished run: say so, with how to go on
         raise StoppedBySignal(
-            f"stopped by SIGTERM at step {trainer.global_step}; resume with ckpt_path=last "
-            f"(checkpoints in {Path(output_dir) / 'checkpoints'})"
+            f"stopped by {'Ctrl-C' if ctrl_c else 'SIGTERM'} at step {trainer.global_step}; resume with "
+            f"ckpt_path=last (checkpoints in {Path(output_dir) / 'checkpoints'})",
+            status=130 if ctrl_c else 143,
         )
 
 
@@ -130,8 +140,8 @@ def main(cfg: DictConfig) -> None:
         print(f"captioning-train: {err}", file=sys.stderr, flush=True)
         if sweep_stop.in_worker_process():  # a local sweep's worker ends with its job: the sweep waits for it
             sys.stdout.flush()
-            os._exit(143)
-        sys.exit(143)
+            os._exit(err.status)
+        sys.exit(err.status)
     except Exception as err:  # a user's mistake is one line and exit status 2; a bug keeps its traceback
         if not is_user_error(err):
             raise

@@ -8,7 +8,8 @@
      "best": {"epoch": 7, "step": 96, "metrics": {"val/CIDEr": 0.4123, "val/Bleu_4": ...}},
      "last": {...},                     # the last validation, the same fields
      "global_step": 96, "epochs": 8, "train_seconds": 812.4,
-     "params": {"total": ..., "trainable": ...}, "history": [...], "finished": true}
+     "params": {"total": ..., "trainable": ...}, "history": [...], "finished": true,
+     "job": {"config": {...}, "overrides": [...]}}   # what ckpt_path=auto checks a re-run job against
 
 ``best`` holds every ``val/*`` metric of the validation that produced the best checkpoint (the
 checkpoint callback keeps only the monitored value). With no validation (``limit_val_batches=0``,
@@ -49,6 +50,7 @@ class RunSummary(pl.Callback):
         self.history: list[dict[str, Any]] = []  # one entry per validation: epoch, step, val/* metrics
         self._start = 0.0
         self._earlier_seconds = 0.0
+        self.job: dict[str, Any] | None = None  # the job's config and overrides (training/job_record.py)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = time.perf_counter()
@@ -64,6 +66,8 @@ class RunSummary(pl.Callback):
             step = trainer.global_step
             self.history = [h for h in earlier.get("history") or [] if h.get("step", 0) <= step]
             self._earlier_seconds = float(earlier.get("train_seconds") or 0.0)
+            if self.job is None and isinstance(earlier.get("job"), dict):
+                self.job = earlier["job"]
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -113,6 +117,7 @@ class RunSummary(pl.Callback):
             },
             "history": self.history,  # every validation, so that a resumed run still knows the best one
             "finished": finished,
+            "job": self.job,  # what ckpt_path=auto compares a re-run job with (training/job_record.py)
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(self.path, json.dumps(summary, indent=2) + "\n")

@@ -1,0 +1,71 @@
+"""ckpt_path=auto and a finished run (captioning/training/job_record.py): the run stands for the job only if it
+was trained with the job's config; another config's run is refused in one line naming the keys, and the
+folder's .hydra/ files, which Hydra rewrote with the new job's, are written back from run.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from captioning.training.resume import ResumeError
+from captioning.training.train import train
+
+from support import TINY, compose_train
+
+RUN = [*TINY, "trainer.max_epochs=1", "trainer.max_steps=4", "ckpt_path=auto"]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> tuple[Path, str]:
+    folder = tmp_path_factory.mktemp("finished")
+    best = train(compose_train(RUN, folder))
+    return folder, best
+
+
+def _copy(finished: tuple[Path, str], tmp_path: Path) -> Path:
+    """The finished run's folder as another place (its run.json pointing at the copied checkpoint)."""
+    import shutil
+
+    folder, _ = finished
+    copy = tmp_path / "run"
+    shutil.copytree(folder, copy)
+    summary = json.loads((copy / "run.json").read_text())
+    summary["checkpoint"] = summary["checkpoint"].replace(str(folder), str(copy))
+    (copy / "run.json").write_text(json.dumps(summary))
+    return copy
+
+
+def test_the_same_job_gets_its_finished_run_back_and_run_json_records_the_job(finished, tmp_path):
+    folder = _copy(finished, tmp_path)
+    record = json.loads((folder / "run.json").read_text())["job"]
+    assert record["config"]["trainer"]["max_steps"] == 4 and "ckpt_path" not in record["config"]
+    assert train(compose_train(RUN, folder)) == json.loads((folder / "run.json").read_text())["checkpoint"]
+
+
+def test_a_job_of_another_config_is_refused_naming_the_keys_and_hydra_files_are_written_back(
+    finished, tmp_path
+):
+    folder = _copy(finished, tmp_path)
+    hydra = folder / ".hydra"
+    hydra.mkdir()
+    (hydra / "config.yaml").write_text("what Hydra wrote for the new job\n")
+    with pytest.raises(ResumeError) as err:
+        train(compose_train([*RUN, "model.decoder.hidden_dim=24"], folder))
+    message = str(err.value)
+    assert "holds a finished run of another config (model.decoder.hidden_dim: 16 -> 24)" in message
+    assert "its checkpoint is not this job's" in message and "\n" not in message
+    assert "hidden_dim: 16" in (hydra / "config.yaml").read_text()  # the finished run's config again
+
+
+def test_a_run_json_from_before_the_record_is_checked_by_the_checkpoints_network(finished, tmp_path):
+    folder = _copy(finished, tmp_path)
+    summary = json.loads((folder / "run.json").read_text())
+    del summary["job"]
+    (folder / "run.json").write_text(json.dumps(summary))
+    assert (
+        train(compose_train([*RUN, "trainer.max_steps=5"], folder)) == summary["checkpoint"]
+    )  # same network
+    with pytest.raises(ResumeError, match=r"another config \(model\.decoder\.hidden_dim: 16 -> 24\)"):
+        train(compose_train([*RUN, "model.decoder.hidden_dim=24"], folder))
