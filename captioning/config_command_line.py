@@ -43,6 +43,7 @@ def command_line_problem(
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
+    from captioning.compose import unknown_key_message
     from captioning.errors import is_user_error, one_line
 
     try:
@@ -63,6 +64,7 @@ def command_line_problem(
             path=f"file://{os.path.abspath(args.config_dir)}",
             anchor=SearchPathQuery(provider="schema"),
         )
+    refused: Exception | None = None  # a user's mistake Hydra refused, worded below
     try:
         hydra = Hydra.create_main_hydra2(task_name="check", config_search_path=search_path)
         cfg = hydra.compose_config(
@@ -98,8 +100,15 @@ def command_line_problem(
     except Exception as err:  # noqa: BLE001 - a user's config mistake is one line; a bug is re-raised
         if not is_user_error(err):
             raise
-        # without flags the entry point composes again and words its own report (did you mean ...?)
-        return one_line(err) if any(a.startswith("-") for a in argv) else None
+        refused = err
     finally:
         GlobalHydra.instance().clear()
-    return None
+    if refused is None:
+        return None
+    try:  # an unknown key: the nearest one (did you mean ...?), with or without flags, in a sweep too
+        job = _sweep_jobs(args.overrides)[0] if args.multirun else args.overrides
+        line = unknown_key_message(args.config_name or config_name, refused, job)
+    except Exception:  # noqa: BLE001 - Hydra's own words then
+        line = None
+    # without flags the entry point composes again and words its own report
+    return line or (one_line(refused) if any(a.startswith("-") for a in argv) else None)

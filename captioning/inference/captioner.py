@@ -128,9 +128,12 @@ class Captioner:
     def from_checkpoint(
         cls, path: str | Path | Sequence[str | Path], device: str = "cpu", bf16: bool = False
     ) -> Captioner:
-        """Load a training checkpoint (.ckpt) or a weights-only export (.safetensors); a list of several
-        is their ensemble (``captioning.checkpoints.ensemble``). ``device``: "cpu", "cuda", "auto";
-        ``bf16``: decode under bfloat16 autocast (on a GPU)."""
+        """Load a training checkpoint (.ckpt) or a weights-only export (.safetensors), or a zoo model by
+        name, as ``--checkpoint`` takes them; a list of several is their ensemble
+        (``captioning.checkpoints.ensemble``). ``device``: "cpu", "cuda", "auto"; ``bf16``: decode under
+        bfloat16 autocast (on a GPU)."""
+        from captioning.zoo import checkpoint_path
+
         paths = [path] if isinstance(path, str | Path) else path
         if (
             not isinstance(paths, list | tuple)
@@ -141,7 +144,8 @@ class Captioner:
                 f"from_checkpoint: path={path!r}; expected the path of a .ckpt or .safetensors file "
                 "(or a list of them, for their ensemble)"
             )
-        return cls(load_checkpoints(paths), device=device, bf16=bf16)
+        files = [checkpoint_path(str(p)) for p in paths]  # a zoo name: its file; a path: as given
+        return cls(load_checkpoints(files), device=device, bf16=bf16)
 
     @classmethod
     def from_pretrained(cls, name: str, device: str = "cpu", bf16: bool = False) -> Captioner:

@@ -125,7 +125,7 @@ def test_a_fine_tuned_encoder_exports_only_the_tensors_training_changed(tmp_path
     from support import compose_train
     from support.corpus import checkpoint_dict
 
-    cfg = compose_train(["experiment=flickr8k_finetune", "debug=tiny_cached"])
+    cfg = compose_train(["experiment=flickr8k_finetune", "data=synthetic", "debug=tiny_cached"])
     torch.manual_seed(0)
     module = build_model(cfg.model, Vocab([*SPECIALS, "a", "dog"]))
     trained = [n for n, p in module.net.encoder.named_parameters() if p.requires_grad]
@@ -167,7 +167,7 @@ def test_an_encoder_saved_under_an_earlier_class_name_exports_by_name(tmp_path):
     from support import compose_train
     from support.corpus import checkpoint_dict
 
-    cfg = compose_train(["experiment=flickr8k_cached", "debug=tiny_cached"])
+    cfg = compose_train(["experiment=flickr8k_cached", "data=synthetic", "debug=tiny_cached"])
     torch.manual_seed(0)
     checkpoint = checkpoint_dict(build_model(cfg.model, Vocab([*SPECIALS, "a", "dog"])))
     meta = checkpoint[CHECKPOINT_KEY]

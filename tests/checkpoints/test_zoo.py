@@ -88,6 +88,10 @@ def test_from_pretrained_loads_by_name() -> None:
 
     model = Captioner.from_pretrained("synthetic-soft")
     assert str(model.path).endswith("synthetic_soft.safetensors")
+    # from_checkpoint takes a name as --checkpoint does (it said "no such checkpoint file")
+    assert str(Captioner.from_checkpoint("synthetic-soft").path) == str(model.path)
+    with pytest.raises(zoo.ZooError, match="no file 'synthtic-soft'.*did you mean synthetic-soft"):
+        Captioner.from_checkpoint("synthtic-soft")
 
 
 def test_cli_models_lists_and_checkpoint_takes_a_name(capsys, photo) -> None:

@@ -193,3 +193,14 @@ def test_debug_tiny_shrinks_every_data_config_and_trains_a_step(case: str, tmp_p
     assert batch["images"].shape == (8, 3, 32, 32)  # debug=tiny's batch_size, the images resized
     train(cfg)  # one train and one val batch through the real config (fast_dev_run writes no checkpoint)
     assert cfg.model.decoder.vocab_size == len(dm.build_vocab())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_debug_tiny_cached_keeps_the_data_the_run_names(case: str, tmp_path: Path) -> None:
+    """It replaced any data with synthetic scenes (`override /data: synthetic`): a run on one's own cached
+    data trained on scenes and said nothing."""
+    plain = compose(case, tmp_path / "plain", []).data
+    tiny = compose(case, tmp_path / "tiny", ["debug=tiny_cached"]).data
+    assert tiny.train._target_ == plain.train._target_
+    if case != "synthetic":  # compose() gives the scenes its own sizes on the command line
+        assert tiny.train.num_images == 24  # shrunk, as debug=tiny does

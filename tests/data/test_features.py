@@ -238,7 +238,11 @@ def test_flickr8k_experiments_use_cached_lite1_head_features(experiment):
     check_model_config(cfg)  # every key is a constructor argument: the model builds from it
 
 
-TINY_CACHED = ["experiment=flickr8k_cached", "debug=tiny_cached"]  # frozen Lite0 + cache, tiny scenes
+TINY_CACHED = [
+    "experiment=flickr8k_cached",
+    "data=synthetic",
+    "debug=tiny_cached",
+]  # frozen Lite0 + cache, tiny scenes
 
 
 def train_cached(tmp_path, *overrides: str) -> list[str]:

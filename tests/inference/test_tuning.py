@@ -216,7 +216,7 @@ def _lite_checkpoint(path: Path) -> Path:
     from support import compose_train
     from support.corpus import checkpoint_dict
 
-    cfg = compose_train(["experiment=flickr8k_cached", "debug=tiny_cached"])
+    cfg = compose_train(["experiment=flickr8k_cached", "data=synthetic", "debug=tiny_cached"])
     torch.manual_seed(0)
     torch.save(checkpoint_dict(build_model(cfg.model, Vocab([*SPECIALS, "a", "dog"]))), path)
     return path

@@ -215,6 +215,7 @@ def test_tiny_fine_tuning_run_trains_only_the_suffix_from_cached_activations(tmp
         "train",
         [
             "experiment=flickr8k_finetune",
+            "data=synthetic",
             "debug=tiny_cached",
             f"paths.cache={cache_dir}",
         ],

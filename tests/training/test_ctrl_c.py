@@ -4,39 +4,19 @@ last.ckpt, as SIGTERM does, and exits 130 saying where; Lightning alone saved no
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
 
-from support import TINY
-
-
-def _captioning_train() -> list[str]:
-    script = Path(sys.executable).with_name("captioning-train")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "captioning.training.train"]
+from support import endless_train
 
 
 @pytest.mark.slow  # one endless tiny run, interrupted once it trains (~15 s)
 def test_the_first_ctrl_c_stops_at_the_steps_end_with_last_ckpt(tmp_path) -> None:
-    run = tmp_path / "run"
-    cmd = [
-        *_captioning_train(), *TINY, "trainer.max_steps=1000000", "trainer.max_epochs=100000",
-        "callbacks.progress_lines.every_n_steps=1", "callbacks.last_checkpoint.every_n_minutes=600",
-        f"hydra.run.dir={run}",
-    ]  # fmt: skip
-    log = tmp_path / "out.txt"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    run, log = tmp_path / "run", tmp_path / "out.txt"
+    proc = endless_train.start(["callbacks.last_checkpoint.every_n_minutes=600", f"hydra.run.dir={run}"], log)
     try:
-        deadline = time.monotonic() + 180
-        while "step 20/" not in log.read_text():  # past epoch 0 (15 steps): no save since its validation
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
+        endless_train.wait_for(proc, log, "step 20/")  # past epoch 0 (15 steps): no save since its validation
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 130, log.read_text()[-3000:]
     finally:

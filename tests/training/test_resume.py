@@ -180,7 +180,7 @@ def test_a_kill_between_an_epochs_last_step_and_its_validation_still_validates_t
     assert (saved["global_step"], saved["epoch"]) == (5, 0)
 
     best = Path(train(compose_train([*run, "ckpt_path=last"], tmp_path)))
-    assert best.name.startswith("epoch000-step000010-cider")  # epoch 0 validated and ranked after resume
+    assert best.name.startswith("epoch000-step000010-scene")  # epoch 0 validated and ranked after resume
     resumed = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     monitor = cfg.callbacks.model_checkpoint.monitor  # val/scene_score on the synthetic scenes
     assert resumed["global_step"] == 10 and f"'monitor': '{monitor}'" in str(resumed["callbacks"])
@@ -285,7 +285,7 @@ def test_a_run_stopped_by_max_steps_mid_epoch_resumes_inside_that_epoch(tmp_path
     assert saved["loops"]["fit_loop"]["epoch_progress"]["current"]["completed"] == 0
 
     best = Path(train(compose_train([*run, "ckpt_path=last", "trainer.max_steps=15"], tmp_path)))
-    assert best.name.startswith("epoch000-step000015-cider")  # the epoch's rest trained and validated
+    assert best.name.startswith("epoch000-step000015-scene")  # the epoch's rest trained and validated
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 15
 
 
@@ -309,7 +309,7 @@ def test_a_sigterm_during_validation_leaves_the_previous_last_ckpt_so_resume_val
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert (saved["global_step"], saved["epoch"]) == (5, 0)  # not a "validated" step 10 that was not
     best = Path(train(compose_train([*run, "ckpt_path=last"], tmp_path)))
-    assert best.name.startswith("epoch000-step000010-cider")  # epoch 0 validated after the resume
+    assert best.name.startswith("epoch000-step000010-scene")  # epoch 0 validated after the resume
 
 
 def test_max_steps_on_a_step_interval_validation_saves_the_validated_state(tmp_path: Path) -> None:
@@ -377,7 +377,7 @@ def test_ckpt_path_auto_starts_resumes_and_never_trains_a_finished_run_again(tmp
     (tmp_path / "run.json").write_text(json.dumps({**summary, "finished": False}))
 
     best = train(compose_train([*run, "trainer.max_steps=15"], tmp_path))  # the same command, resumed
-    assert Path(best).name.startswith("epoch000-step000015-cider")
+    assert Path(best).name.startswith("epoch000-step000015-scene")
     assert json.loads((tmp_path / "run.json").read_text())["finished"] is True
     files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
 

@@ -7,17 +7,14 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
 from captioning.training.sweep_stop import stop_workers
 
-from support import TINY
+from support import endless_train
 
 
 def _sleep(ready, ignore_sigterm: bool) -> None:
@@ -56,27 +53,19 @@ def test_a_worker_reaped_by_another_thread_is_counted_and_not_killed_again() -> 
     assert stop_workers(grace=1) == 1
 
 
-def _captioning_train() -> list[str]:
-    script = Path(sys.executable).with_name("captioning-train")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "captioning.training.train"]
-
-
 @pytest.mark.slow  # a sweep of two endless tiny jobs, stopped once both train (~30-60 s on 2 busy cores)
 def test_sigterm_to_a_joblib_sweep_ends_its_workers(tmp_path) -> None:
-    cmd = [
-        *_captioning_train(), "-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2", "seed=0,1", *TINY,
-        "trainer.max_steps=1000000", "trainer.max_epochs=100000", "callbacks.progress_lines.every_n_steps=1",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}",
-    ]  # fmt: skip
     log = tmp_path / "out.txt"
-    with open(log, "w") as out:
-        sweep = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    args = [
+        "-m",
+        "hydra/launcher=local",
+        "hydra.launcher.n_jobs=2",
+        "seed=0,1",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
+    sweep = endless_train.start(args, log)
     try:
-        deadline = time.monotonic() + 240
-        while log.read_text().count("step 2/") < 2:  # both jobs are training (progress lines: not a tty)
-            assert sweep.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(1)
+        endless_train.wait_for(sweep, log, "step 2/", count=2)  # both jobs are training
         workers = psutil.Process(sweep.pid).children(recursive=True)
         assert len([w for w in workers if "loky" in " ".join(w.cmdline())]) >= 2
         sweep.send_signal(signal.SIGTERM)
@@ -97,20 +86,10 @@ def test_sigterm_to_a_sweep_that_trains_in_its_own_process_saves_the_running_job
     this module's after its own: that one exited at once (143, "0 running job(s) stopped") and the running
     job's steps were lost. Now the job stops at its next step with its last.ckpt, and the next job never
     starts."""
-    sweep_dir = tmp_path / "sweep"
-    cmd = [
-        *_captioning_train(), "-m", "seed=0,1", *TINY, "trainer.max_steps=1000000",
-        "trainer.max_epochs=100000", "callbacks.progress_lines.every_n_steps=1", f"hydra.sweep.dir={sweep_dir}",
-    ]  # fmt: skip
-    log = tmp_path / "out.txt"
-    with open(log, "w") as out:
-        sweep = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    sweep_dir, log = tmp_path / "sweep", tmp_path / "out.txt"
+    sweep = endless_train.start(["-m", "seed=0,1", f"hydra.sweep.dir={sweep_dir}"], log)
     try:
-        deadline = time.monotonic() + 240
-        while "step 3/" not in log.read_text():  # the first job trains
-            assert sweep.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
+        endless_train.wait_for(sweep, log, "step 3/")  # the first job trains
         sweep.send_signal(signal.SIGTERM)
         assert sweep.wait(timeout=120) == 143, log.read_text()[-3000:]
     finally:

@@ -39,7 +39,7 @@ def test_short_training_writes_a_self_contained_checkpoint(tmp_path):
     assert raw["epoch"] == 0 or raw["epoch"] == 1
     model = load_checkpoint(best)
     assert len(model.vocab) == cfg.model.decoder.vocab_size
-    assert model.image_size == 96 and model.decoding["max_new_tokens"] == 6
+    assert model.image_size == 96 and model.decoding["max_new_tokens"] == 20
     metrics = (tmp_path / "csv").rglob("metrics.csv")
     header = next(iter(metrics)).read_text().splitlines()[0].split(",")
     assert {"train/loss", "val/loss", "val/Bleu_4", "val/CIDEr"} <= set(header)

@@ -116,7 +116,7 @@ def test_offline_wandb_run_holds_metrics_config_table_and_overlays(wandb_home):
 
     # The composed config (not only the module's hyperparameters) is the run's config.
     config = config_keys(records)
-    assert config["data"]["val"]["num_images"] == 8 and config["model"]["decoding"]["max_new_tokens"] == 6
+    assert config["data"]["val"]["num_images"] == 8 and config["model"]["decoding"]["max_new_tokens"] == 20
     assert config["logger"]["wandb"]["mode"] == "offline"
 
     # Metrics: the same validation scores as the CSV logger wrote, once per epoch.
