@@ -92,7 +92,7 @@ def read_csv(captions: str | Path, image_dir: str | Path, *, on_error: str = "ra
     report = Problems(captions, on_error)
     path = existing(captions, "a CSV captions file (header 'image,caption')")
     image_dir = existing(image_dir, "the image folder", is_dir=True)
-    return collect_records(_csv_rows(path, report), image_dir, report, path.name)
+    return collect_records(_csv_rows(path, report), image_dir, report, "its rows")
 
 
 def _jsonl_rows(path: Path, report: Problems) -> Iterator[Row]:
@@ -142,7 +142,7 @@ def read_jsonl(captions: str | Path, image_dir: str | Path, *, on_error: str = "
     report = Problems(captions, on_error)
     path = existing(captions, "a JSON Lines captions file (one object a line)")
     image_dir = existing(image_dir, "the image folder", is_dir=True)
-    return collect_records(_jsonl_rows(path, report), image_dir, report, path.name)
+    return collect_records(_jsonl_rows(path, report), image_dir, report, "its lines")
 
 
 def read_image_folder(folder: str | Path, *, on_error: str = "raise") -> list[ImageRecord]:

@@ -99,7 +99,8 @@ def check_fresh_run_dir(output_dir: str | Path, ckpt_path: str | None) -> None:
         shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         raise ResumeError(
             f"{folder} already holds checkpoints ({shown}) of an earlier run: resume it with "
-            f"ckpt_path=last, or start afresh in a new hydra.run.dir (nothing was overwritten)"
+            f"ckpt_path=last (a sweep's job: the same command plus ckpt_path=auto), or start afresh in "
+            f"another folder (hydra.run.dir, hydra.sweep.dir, or run_dir= in Python); nothing was overwritten"
         )
 
 

@@ -52,6 +52,7 @@ def test_csv_rows_become_images_in_first_listed_order_with_their_captions(tmp_pa
         ("image,caption\n../../etc/passwd,a cat\n", r"train\.csv line 2 \(\.\./\.\./etc/passwd\): .* resolves outside"),
         ('image,caption\na.jpg,"a dog\nb.png,red\n', r"train\.csv line 2: not readable as CSV \(unexpected end of data\)"),
         ('image,caption\na.jpg,red\na.jpg,"a" dog\n', r"train\.csv line 3: not readable as CSV \(',' expected after"),
+        ("image,caption\n", r"train\.csv: no usable image in its rows: none listed"),  # not the file twice
     ],
 )  # fmt: skip
 def test_a_bad_csv_is_one_line_naming_the_file_the_line_and_what_was_expected(

@@ -35,7 +35,9 @@ def test_a_fresh_run_in_a_folder_with_checkpoints_is_refused_and_overwrites_noth
     earlier.parent.mkdir(parents=True)
     earlier.write_bytes(b"an earlier run's weights")
     assert run_train([], tmp_path / "run", monkeypatch) == 2
-    assert_one_line(capsys.readouterr().err, str(earlier.parent), "last.ckpt", "ckpt_path=last")
+    assert_one_line(
+        capsys.readouterr().err, str(earlier.parent), "last.ckpt", "ckpt_path=last", "ckpt_path=auto"
+    )
     assert earlier.read_bytes() == b"an earlier run's weights"
 
 
