@@ -64,3 +64,33 @@ def test_after_a_resume_the_best_named_is_still_the_kept_checkpoints(tmp_path):
     report = fit(5, [0.5, 0.5, 0.5], ckpt_path=tmp_path / "last.ckpt")  # patience runs out
     assert report.line is not None and "early stopping ended the run in epoch" in report.line
     assert "; best v 0.9000 in epoch 0;" in report.line
+
+
+@pytest.mark.parametrize("stopper_class", ["ours", "lightning"])
+def test_a_resumed_run_that_ends_at_max_epochs_reports_no_stop(stopper_class, tmp_path):
+    """The stopper restores the stop of the run it was saved from: the report printed that stop again at the
+    end of a resumed run that early stopping did not end."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import EarlyStopping as LightningEarlyStopping
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from captioning.training.callbacks.early_stopping import EarlyStopping as Ours
+
+    from support.scored_module import ScoredModule
+
+    cls = Ours if stopper_class == "ours" else LightningEarlyStopping
+
+    def fit(epochs, values, patience, ckpt_path=None) -> EarlyStopReport:
+        report = EarlyStopReport()
+        stopper = cls(monitor="v", mode="max", patience=patience, check_on_train_epoch_end=False)
+        keep = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+        trainer = pl.Trainer(
+            max_epochs=epochs, callbacks=[stopper, report, keep], logger=False, enable_progress_bar=False,
+            enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path,
+        )  # fmt: skip
+        trainer.fit(ScoredModule(values), ckpt_path=ckpt_path)
+        return report
+
+    assert "early stopping ended the run in epoch 1" in fit(5, [0.9, 0.5], patience=1).line
+    resumed = fit(3, [0.95, 0.96, 0.97], patience=1, ckpt_path=tmp_path / "last.ckpt")  # gains to the end
+    assert resumed.line is None

@@ -74,3 +74,29 @@ def _early_stopping_nodes() -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("name,node", _early_stopping_nodes(), ids=lambda v: v if isinstance(v, str) else "")
 def test_every_config_with_early_stopping_uses_the_class_that_skips_a_stops_validation(name, node):
     assert node["_target_"] == "captioning.training.callbacks.early_stopping.EarlyStopping", name
+
+
+def test_a_stopped_run_resumed_with_more_patience_trains_on(tmp_path):
+    """Lightning's class restores the saved patience: resumed with patience 5 (the stop's own line advises
+    callbacks.early_stopping.patience=N), the run stopped again at its first validation."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    def fit(stopper, epochs, values, folder, ckpt_path=None):
+        module = ScoredModule(values)
+        keep = ModelCheckpoint(dirpath=folder, save_last=True)
+        trainer = pl.Trainer(
+            max_epochs=epochs, callbacks=[stopper, keep], logger=False, enable_progress_bar=False,
+            enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path,
+        )  # fmt: skip
+        trainer.fit(module, ckpt_path=ckpt_path)
+        return module, trainer
+
+    first = EarlyStopping(monitor="v", mode="max", patience=1, check_on_train_epoch_end=False)
+    fit(first, 5, [0.9, 0.5], tmp_path / "first")  # stopped after epoch 1
+    assert first.stopped_epoch == 1
+    for cls, trained_on in ((EarlyStopping, True), (LightningEarlyStopping, False)):
+        stopper = cls(monitor="v", mode="max", patience=5, check_on_train_epoch_end=False)
+        folder = tmp_path / cls.__module__
+        module, trainer = fit(stopper, 5, [0.5] * 6, folder, ckpt_path=tmp_path / "first" / "last.ckpt")
+        assert stopper.patience == (5 if trained_on else 1)
+        assert (trainer.current_epoch >= 4) is trained_on, (cls, module.validations)

@@ -25,6 +25,7 @@ class EarlyStopReport(pl.Callback):
             str, list[tuple[int, float]]
         ] = {}  # monitor -> [(epoch, value)] of each validation
         self.line: str | None = None  # the line printed, for tests
+        self._at_start: dict[int, tuple] = {}  # id(stopper) -> its (reason, epoch) once a resumed state is in
 
     def state_dict(self) -> dict[str, list[list[float]]]:
         # In the checkpoint: a resumed run names the best of the whole run, as the kept checkpoint has it.
@@ -36,6 +37,15 @@ class EarlyStopReport(pl.Callback):
     @staticmethod
     def _stoppers(trainer: pl.Trainer) -> list[EarlyStopping]:
         return [cb for cb in trainer.callbacks if isinstance(cb, EarlyStopping)]
+
+    @staticmethod
+    def _stop_of(es: EarlyStopping) -> tuple:
+        return str(getattr(es, "stopping_reason", None)), es.stopped_epoch
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A resumed stopper may hold the stop of the run it was saved from (Lightning's own class restores
+        # it): only a stop that happens in this run is this run's to report.
+        self._at_start = {id(es): self._stop_of(es) for es in self._stoppers(trainer)}
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -57,6 +67,8 @@ class EarlyStopReport(pl.Callback):
 
     def describe(self, es: EarlyStopping, trainer: pl.Trainer) -> str | None:
         """The line for a stopper that ended the run, or None if it did not."""
+        if id(es) in self._at_start and self._at_start[id(es)] == self._stop_of(es):
+            return None  # the stop of the run this one resumed, not this run's
         reason = getattr(es, "stopping_reason", None)  # Lightning >= 2.5: an enum, NOT_STOPPED until it stops
         name = getattr(reason, "name", None)
         if name is None:  # older Lightning: it stopped if the trainer stops and its patience ran out

@@ -12,8 +12,11 @@ it: an interrupted and resumed run stops where the uninterrupted one does.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import EarlyStopping as LightningEarlyStopping
+from pytorch_lightning.callbacks.early_stopping import EarlyStoppingReason
 
 
 def validation_for_a_stop(trainer: pl.Trainer) -> bool:
@@ -31,7 +34,19 @@ def validation_for_a_stop(trainer: pl.Trainer) -> bool:
 
 
 class EarlyStopping(LightningEarlyStopping):
-    """Lightning's ``EarlyStopping`` (same arguments), skipping the validation a stop adds (module doc)."""
+    """Lightning's ``EarlyStopping`` (same arguments), skipping the validation a stop adds (module doc), and
+    resumed with this run's own patience (below)."""
 
     def _should_skip_check(self, trainer: pl.Trainer) -> bool:
         return super()._should_skip_check(trainer) or validation_for_a_stop(trainer)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """The count of validations without a gain and the best value go on from the checkpoint; the
+        patience stays this run's (Lightning's restores the saved one, so resuming a stopped run with
+        ``callbacks.early_stopping.patience=N``, as the stop's own line advises, stopped it again at once),
+        and the earlier run's stop is not this run's (its line was printed again at the end)."""
+        patience = self.patience
+        super().load_state_dict(state_dict)
+        self.patience = patience
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message = None
