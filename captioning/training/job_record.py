@@ -75,9 +75,16 @@ def _network_differences(cfg: DictConfig, checkpoint: str) -> list[str]:
 def finished_run_differences(cfg: DictConfig, summary: dict, checkpoint: str) -> list[str]:
     """How this job differs from the finished run whose ``run.json`` is ``summary``; [] when it is the same."""
     record = summary.get("job")
-    if isinstance(record, dict) and isinstance(record.get("config"), dict):
-        return config_differences(record["config"], job_record(cfg)["config"])
-    return _network_differences(cfg, checkpoint)
+    if not (isinstance(record, dict) and isinstance(record.get("config"), dict)):
+        return _network_differences(cfg, checkpoint)
+    mine = job_record(cfg)
+    differences = config_differences(record["config"], mine["config"])
+    if differences and isinstance(record.get("overrides"), list) and mine["overrides"] is not None:
+        # the command lines' difference first: what the user typed, before the keys it changed
+        kept = {o for o in mine["overrides"] if not o.startswith(tuple(f"{k}=" for k in VOLATILE))}
+        theirs = set(record["overrides"])
+        differences.insert(0, f"overrides {sorted(theirs - kept)} -> {sorted(kept - theirs)}")
+    return differences
 
 
 def restore_hydra_files(output_dir: str | Path, summary: dict) -> bool:

@@ -69,3 +69,23 @@ def test_a_run_json_from_before_the_record_is_checked_by_the_checkpoints_network
     )  # same network
     with pytest.raises(ResumeError, match=r"another config \(model\.decoder\.hidden_dim: 16 -> 24\)"):
         train(compose_train([*RUN, "model.decoder.hidden_dim=24"], folder))
+
+
+def test_in_a_hydra_job_the_overrides_that_differ_come_first(finished, monkeypatch):
+    from captioning.training import job_record
+
+    folder, _ = finished
+    summary = json.loads((folder / "run.json").read_text())
+    summary["job"]["overrides"] = ["debug=tiny", "model.decoder.hidden_dim=16"]
+    monkeypatch.setattr(
+        job_record,
+        "_hydra_overrides",
+        lambda: ["debug=tiny", "model.decoder.hidden_dim=24", "ckpt_path=auto"],
+    )
+    differences = job_record.finished_run_differences(
+        compose_train([*RUN, "model.decoder.hidden_dim=24"], folder), summary, summary["checkpoint"]
+    )
+    assert differences == [
+        "overrides ['model.decoder.hidden_dim=16'] -> ['model.decoder.hidden_dim=24']",
+        "model.decoder.hidden_dim: 16 -> 24",
+    ]
