@@ -43,7 +43,6 @@ def command_line_problem(
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
-    from captioning.compose import unknown_key_message
     from captioning.errors import is_user_error, one_line
 
     try:
@@ -65,6 +64,7 @@ def command_line_problem(
             anchor=SearchPathQuery(provider="schema"),
         )
     refused: Exception | None = None  # a user's mistake Hydra refused, worded below
+    failed_job: tuple[str, list[str], Exception] | None = None  # (which job, its overrides, its mistake)
     try:
         hydra = Hydra.create_main_hydra2(task_name="check", config_search_path=search_path)
         cfg = hydra.compose_config(
@@ -91,7 +91,8 @@ def command_line_problem(
                     if not is_user_error(err):
                         raise
                     swept = " ".join(a for a in job if a not in args.overrides)
-                    return f"sweep job {number} of {len(jobs)} ({swept}): {one_line(err)}; no job was started"
+                    failed_job = (f"sweep job {number} of {len(jobs)} ({swept})", job, err)
+                    break
     except ConfigError as err:
         return str(err)
     except RecursionError:
@@ -103,12 +104,24 @@ def command_line_problem(
         refused = err
     finally:
         GlobalHydra.instance().clear()
+    name = args.config_name or config_name
+    if failed_job is not None:  # composed again only now: Hydra's global state is cleared
+        which, job, err = failed_job
+        return f"{which}: {_nearest_key(name, err, job) or one_line(err)}; no job was started"
     if refused is None:
         return None
-    try:  # an unknown key: the nearest one (did you mean ...?), with or without flags, in a sweep too
-        job = _sweep_jobs(args.overrides)[0] if args.multirun else args.overrides
-        line = unknown_key_message(args.config_name or config_name, refused, job)
-    except Exception:  # noqa: BLE001 - Hydra's own words then
-        line = None
+    job = _sweep_jobs(args.overrides)[0] if args.multirun else args.overrides
     # without flags the entry point composes again and words its own report
-    return line or (one_line(refused) if any(a.startswith("-") for a in argv) else None)
+    return _nearest_key(name, refused, job) or (
+        one_line(refused) if any(a.startswith("-") for a in argv) else None
+    )
+
+
+def _nearest_key(config_name: str, err: Exception, overrides: list[str]) -> str | None:
+    """For an unknown key, the line naming the nearest one (did you mean ...?); else None."""
+    from captioning.compose import unknown_key_message
+
+    try:
+        return unknown_key_message(config_name, err, overrides)
+    except Exception:  # noqa: BLE001 - Hydra's own words then
+        return None

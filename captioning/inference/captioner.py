@@ -141,10 +141,12 @@ class Captioner:
             or not all(isinstance(p, str | Path) and str(p).strip() for p in paths)
         ):
             raise TypeError(
-                f"from_checkpoint: path={path!r}; expected the path of a .ckpt or .safetensors file "
-                "(or a list of them, for their ensemble)"
+                f"from_checkpoint: path={path!r}; expected the path of a .ckpt or .safetensors file or a "
+                "zoo model's name (or a list of them, for their ensemble)"
             )
-        files = [checkpoint_path(str(p)) for p in paths]  # a zoo name: its file; a path: as given
+        files = [
+            checkpoint_path(p) if isinstance(p, str) else p for p in paths
+        ]  # a name: its file; a Path: as given
         return cls(load_checkpoints(files), device=device, bf16=bf16)
 
     @classmethod

@@ -19,7 +19,9 @@ from contextlib import contextmanager
 
 import pytorch_lightning as pl
 
-MESSAGE = "Ctrl-C: the run stops at the end of this step and saves last.ckpt (Ctrl-C again: at once, unsaved)"
+MESSAGE = (
+    "Ctrl-C: the run stops at the end of this step with a last.ckpt to resume from (Ctrl-C again: at once)"
+)
 
 
 @contextmanager
@@ -38,7 +40,9 @@ def ctrl_c_stops(trainer: pl.Trainer) -> Iterator[list[bool]]:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
         pressed.append(True)
-        trainer._signal_connector.received_sigterm = True  # where Lightning and PeriodicCheckpoint look
+        # SIGTERM's own notifier: one process marks the stop where Lightning looks; with several, the note
+        # PeriodicCheckpoint reduces over them at a batch's end, so that all stop at the same step
+        trainer._signal_connector._sigterm_notifier_fn(signal.SIGTERM, frame)
         print(MESSAGE, file=sys.stderr, flush=True)
 
     signal.signal(signal.SIGINT, on_sigint)

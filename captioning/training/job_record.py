@@ -1,21 +1,24 @@
-"""What a job was: its resolved config and its overrides, kept in ``run.json`` (``"job"``), and the check that
-a finished run found by ``ckpt_path=auto`` is this job's.
+"""What a job was, kept in ``run.json`` (``"job"``), and the check that a finished run found by
+``ckpt_path=auto`` is this job's.
 
 ``ckpt_path=auto`` re-runs a stopped sweep with the same command: a job whose folder holds a finished run is
 not trained again, its best checkpoint stands. The folder is named by the job's number only, so a sweep
 re-run with its values in another order (``model/decoder=soft,transformer`` where it was
 ``soft,hard_gumbel``), or one run re-run with another override into the same ``hydra.run.dir``, found
 another config's run there and returned its checkpoint as this job's. Worse, Hydra had already rewritten the
-folder's ``.hydra/`` files with this job's overrides before the job started, so the folder said
-``transformer`` over a Gumbel LSTM's checkpoint, and ``scripts/compare.py`` labelled it so. Now the job's
-config is compared with the finished run's (run.json's ``job``, or, for a run.json written before it was
-kept, the checkpoint's network config); a difference is refused in one line naming the keys, and the
-folder's ``.hydra/`` files are written back from the record.
+folder's ``.hydra/`` files with this job's before the job started, so the folder said ``transformer`` over a
+Gumbel LSTM's checkpoint, and ``scripts/compare.py`` labelled it so.
+
+Now the keys that define what was trained (``RESULT_KEYS``: the model with its objective and optimizer, the
+data, the seed, the starting weights) are compared with the finished run's; how a run is run (workers,
+time limits, logging, callbacks, paths) may change between the two. A key the finished run's record lacks
+is an option added since, left as it was then. A difference is refused in one line naming the overrides
+and keys, and the folder's ``.hydra/`` files are written back as they were (``run.json`` keeps them word
+for word). A run.json from before the record is checked by its checkpoint's network config.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +26,29 @@ from omegaconf import DictConfig, OmegaConf
 
 from captioning.data.files import write_text_atomically
 
-# What a re-run of the same job may change: `ckpt_path=auto` itself, and the folder (a sweep moved or copied
-# elsewhere is the same sweep; the paths under it are interpolations of output_dir, compared as written).
-VOLATILE = ("ckpt_path", "output_dir")
+RESULT_KEYS = ("model", "data", "seed", "init_from")  # what was trained; the rest is how it was run
+LOADING = ("data.num_workers", "data.eval_batch_size", "data.feature_cache")  # how data are served
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # Hydra's record of the job, in .hydra/
+VOLATILE_OVERRIDES = ("ckpt_path=", "+ckpt_path=", "++ckpt_path=")  # what re-running the same job adds
 
 
-def job_record(cfg: DictConfig) -> dict[str, Any]:
-    """``{"config": the config as composed (interpolations as written, as Hydra's .hydra/config.yaml holds
-    it) less VOLATILE, "overrides": the job's command-line overrides (None outside a Hydra job)}``. Taken
-    before the data are read (they set the decoder's vocabulary size)."""
+def job_record(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, Any]:
+    """``{"config": RESULT_KEYS of the config as composed (interpolations as written), "overrides": the
+    job's command-line overrides (None outside a Hydra job), "hydra_files": output_dir/.hydra's files as
+    they are now}``. Taken before the data are read (they set the decoder's vocabulary size)."""
     config = OmegaConf.to_container(cfg, resolve=False)
-    for key in VOLATILE:
-        config.pop(key, None)
-    return {"config": config, "overrides": _hydra_overrides()}
+    folder = Path(output_dir) / ".hydra" if output_dir is not None else None
+    files = {}
+    for name in HYDRA_FILES if folder is not None else ():
+        try:
+            files[name] = (folder / name).read_text()
+        except OSError:
+            continue
+    return {
+        "config": {key: config[key] for key in RESULT_KEYS if key in config},
+        "overrides": _hydra_overrides(),
+        "hydra_files": files,
+    }
 
 
 def _hydra_overrides() -> list[str] | None:
@@ -46,16 +59,13 @@ def _hydra_overrides() -> list[str] | None:
     return [str(o) for o in HydraConfig.get().overrides.task]
 
 
-def config_differences(saved: dict, current: dict) -> list[str]:
-    """``key: saved -> current`` for every value that differs (``<absent>`` for a missing key)."""
-    from captioning.training.resume import _flatten
+def _result_differences(saved: dict, current: dict) -> list[str]:
+    """The result-defining keys that differ; a key the saved record lacks (added since) is not one."""
+    from captioning.training.resume import flat_differences, flatten
 
-    old, new = _flatten(saved), _flatten(current)
-    return [
-        f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
-        for k in sorted(old.keys() | new.keys())
-        if old.get(k, "<absent>") != new.get(k, "<absent>")
-    ]
+    old, new = flatten(saved), flatten(current)
+    keep = [k for k in old if not k.startswith(LOADING)]
+    return flat_differences({k: old[k] for k in keep}, {k: new.get(k, "<absent>") for k in keep})
 
 
 def _network_differences(cfg: DictConfig, checkpoint: str) -> list[str]:
@@ -72,35 +82,41 @@ def _network_differences(cfg: DictConfig, checkpoint: str) -> list[str]:
     return [f"model.{d}" for d in _config_differences(meta.get("net_config"), mine)]
 
 
+def _overrides(record: dict[str, Any]) -> set[str] | None:
+    given = record.get("overrides")
+    if not isinstance(given, list):
+        return None
+    return {str(o) for o in given if not str(o).startswith(VOLATILE_OVERRIDES)}
+
+
 def finished_run_differences(cfg: DictConfig, summary: dict, checkpoint: str) -> list[str]:
     """How this job differs from the finished run whose ``run.json`` is ``summary``; [] when it is the same."""
     record = summary.get("job")
     if not (isinstance(record, dict) and isinstance(record.get("config"), dict)):
         return _network_differences(cfg, checkpoint)
     mine = job_record(cfg)
-    differences = config_differences(record["config"], mine["config"])
-    if differences and isinstance(record.get("overrides"), list) and mine["overrides"] is not None:
+    differences = _result_differences(record["config"], mine["config"])
+    theirs, kept = _overrides(record), _overrides(mine)
+    if differences and theirs is not None and kept is not None and theirs != kept:
         # the command lines' difference first: what the user typed, before the keys it changed
-        kept = {o for o in mine["overrides"] if not o.startswith(tuple(f"{k}=" for k in VOLATILE))}
-        theirs = set(record["overrides"])
         differences.insert(0, f"overrides {sorted(theirs - kept)} -> {sorted(kept - theirs)}")
     return differences
 
 
-def restore_hydra_files(output_dir: str | Path, summary: dict) -> bool:
-    """Write the finished run's ``.hydra/overrides.yaml`` and ``config.yaml`` back from its record (Hydra
-    rewrote them with this job's before the job started); False when there is no record to write back."""
+def restore_hydra_files(output_dir: str | Path, summary: dict) -> list[str]:
+    """Write the finished run's ``.hydra/`` files back as its record has them (Hydra, or
+    ``captioning.train``, rewrote them with this job's before it started); the names written."""
     record = summary.get("job")
+    files = record.get("hydra_files") if isinstance(record, dict) else None
     folder = Path(output_dir) / ".hydra"
-    if not isinstance(record, dict) or not folder.is_dir():
-        return False
-    if isinstance(record.get("config"), dict):
-        write_text_atomically(folder / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(record["config"])))
-    if isinstance(record.get("overrides"), list):
-        write_text_atomically(
-            folder / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(record["overrides"]))
-        )
-    return True
+    if not isinstance(files, dict) or not folder.is_dir():
+        return []
+    written = []
+    for name, text in files.items():
+        if name in HYDRA_FILES and isinstance(text, str):
+            write_text_atomically(folder / name, text)
+            written.append(name)
+    return written
 
 
 def attach(callbacks: list, record: dict[str, Any]) -> None:
@@ -114,6 +130,8 @@ def attach(callbacks: list, record: dict[str, Any]) -> None:
 
 def read_summary(output_dir: str | Path) -> dict:
     """The run.json of ``output_dir`` as a dict ({} when missing or unreadable)."""
+    import json
+
     try:
         summary = json.loads((Path(output_dir) / "run.json").read_text())
     except (OSError, ValueError):

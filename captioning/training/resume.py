@@ -104,11 +104,12 @@ def check_fresh_run_dir(output_dir: str | Path, ckpt_path: str | None) -> None:
         )
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict as ``{"a.b.c": leaf}``."""
     if isinstance(node, dict):
         out: dict[str, Any] = {}
         for key, value in node.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
         return out
     return {prefix: node}
 
@@ -126,9 +127,14 @@ def _config_differences(saved: str | dict | None, current: str) -> list[str]:
     constructor default: an option added after the checkpoint was written, left as it was then."""
     as_dict = [OmegaConf.to_container(OmegaConf.create(c or {}), resolve=True) for c in (saved, current)]
     modernise_config(as_dict[0])  # an earlier version's names, read as today's
-    old, new = (_flatten(c) for c in as_dict)
+    old, new = (flatten(c) for c in as_dict)
     for key in new.keys() - old.keys():
         old[key] = _default_of(new, key)
+    return flat_differences(old, new)
+
+
+def flat_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for every dotted key whose values differ (``<absent>`` where a side lacks it)."""
     return [
         f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
         for k in sorted(old.keys() | new.keys())

@@ -108,7 +108,11 @@ def check_finished_run_is_this_job(cfg: DictConfig, checkpoint: str) -> None:
         f"ckpt_path=auto: {cfg.output_dir} holds a finished run of another config ({shown}), so its "
         f"checkpoint is not this job's; re-run the original command (a sweep's values in their original "
         f"order), or give this job a folder of its own (hydra.run.dir / hydra.sweep.dir)"
-        + ("; the folder's .hydra/ files were written back from its run.json" if restored else "")
+        + (
+            f"; the folder's .hydra/ files were written back from its run.json ({', '.join(restored)})"
+            if restored
+            else ""
+        )
     )
 
 

@@ -55,10 +55,11 @@ def in_worker_process() -> bool:
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    if signal.getsignal(signal.SIGTERM) is not _on_sigterm and not multiprocessing.active_children():
-        # A job trains in this process (Hydra's basic launcher; joblib with one job), and Lightning's
-        # handler, which calls this one after its own, has marked the stop: the job saves last.ckpt at its
-        # next step and captioning-train exits 143. Exiting here lost everything since the last save.
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        # A job trains in this process (Hydra's basic launcher; joblib with one job): Lightning's handler is
+        # installed and calls this one after its own, having marked the stop; the job saves last.ckpt at
+        # its next step and captioning-train exits 143. Exiting here lost everything since the last save.
+        # (Its DataLoader workers are children too: counting children cannot tell a sweep's workers.)
         print(
             "captioning-train: sweep stopped by SIGTERM: the running job stops at its next step with its "
             "last.ckpt; go on with the same command plus ckpt_path=auto (finished jobs are kept, the others "

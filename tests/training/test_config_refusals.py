@@ -76,15 +76,17 @@ def test_a_config_hydra_cannot_compose_is_one_line_and_exit_2(
     assert "Config search path" not in line
 
 
-@pytest.mark.parametrize("flags", [["--cfg", "job"], ["-m", "seed=0,1"]], ids=["print the config", "a sweep"])
-def test_an_unknown_key_beside_flags_names_the_nearest_key(flags, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "argv",
+    [["--cfg", "job", "trainer.max_epoch=1"], ["-m", "seed=0,1", "trainer.max_epoch=1"], ["-m", "trainer.max_epoch=1,2"]],
+    ids=["print the config", "a sweep", "the misspelt key swept"],
+)  # fmt: skip
+def test_an_unknown_key_beside_flags_names_the_nearest_key(argv, tmp_path, monkeypatch, capsys):
     """With --cfg or -m the line was Hydra's "Could not override ... use +trainer.max_epoch=1" (advice to
     add a key that nothing reads), where a plain run names the nearest key."""
     from captioning.training.train import cli
 
-    monkeypatch.setattr(
-        sys, "argv", ["captioning-train", *flags, "trainer.max_epoch=1", f"hydra.sweep.dir={tmp_path}"]
-    )
+    monkeypatch.setattr(sys, "argv", ["captioning-train", *argv, f"hydra.sweep.dir={tmp_path}"])
     with pytest.raises(SystemExit) as info:
         cli()
     assert info.value.code == 2

@@ -20,6 +20,9 @@ RUN = [*TINY, "trainer.max_epochs=1", "trainer.max_steps=4", "ckpt_path=auto"]
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> tuple[Path, str]:
     folder = tmp_path_factory.mktemp("finished")
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "config.yaml").write_text("the finished run's config.yaml\n")  # as Hydra wrote it
+    (folder / ".hydra" / "overrides.yaml").write_text("- the finished run's overrides\n")
     best = train(compose_train(RUN, folder))
     return folder, best
 
@@ -40,8 +43,14 @@ def _copy(finished: tuple[Path, str], tmp_path: Path) -> Path:
 def test_the_same_job_gets_its_finished_run_back_and_run_json_records_the_job(finished, tmp_path):
     folder = _copy(finished, tmp_path)
     record = json.loads((folder / "run.json").read_text())["job"]
-    assert record["config"]["trainer"]["max_steps"] == 4 and "ckpt_path" not in record["config"]
-    assert train(compose_train(RUN, folder)) == json.loads((folder / "run.json").read_text())["checkpoint"]
+    assert record["config"]["model"]["decoder"]["hidden_dim"] == 16 and set(record["config"]) <= {
+        "model", "data", "seed", "init_from"
+    }  # fmt: skip
+    assert record["hydra_files"]["config.yaml"] == "the finished run's config.yaml\n"
+    best = json.loads((folder / "run.json").read_text())["checkpoint"]
+    assert train(compose_train(RUN, folder)) == best
+    # how the job runs may change between the two: workers, time limits, callbacks
+    assert train(compose_train([*RUN, "data.num_workers=1", "trainer.max_time=00:01:00:00"], folder)) == best
 
 
 def test_a_job_of_another_config_is_refused_naming_the_keys_and_hydra_files_are_written_back(
@@ -49,14 +58,16 @@ def test_a_job_of_another_config_is_refused_naming_the_keys_and_hydra_files_are_
 ):
     folder = _copy(finished, tmp_path)
     hydra = folder / ".hydra"
-    hydra.mkdir()
-    (hydra / "config.yaml").write_text("what Hydra wrote for the new job\n")
+    for name in ("config.yaml", "overrides.yaml"):
+        (hydra / name).write_text("what Hydra wrote for the new job\n")
     with pytest.raises(ResumeError) as err:
         train(compose_train([*RUN, "model.decoder.hidden_dim=24"], folder))
     message = str(err.value)
     assert "holds a finished run of another config (model.decoder.hidden_dim: 16 -> 24)" in message
     assert "its checkpoint is not this job's" in message and "\n" not in message
-    assert "hidden_dim: 16" in (hydra / "config.yaml").read_text()  # the finished run's config again
+    assert "written back from its run.json (config.yaml, overrides.yaml)" in message
+    assert (hydra / "config.yaml").read_text() == "the finished run's config.yaml\n"  # as they were
+    assert (hydra / "overrides.yaml").read_text() == "- the finished run's overrides\n"
 
 
 def test_a_run_json_from_before_the_record_is_checked_by_the_checkpoints_network(finished, tmp_path):

@@ -81,13 +81,15 @@ def test_sigterm_to_a_joblib_sweep_ends_its_workers(tmp_path) -> None:
 
 
 @pytest.mark.slow  # a sweep of two endless tiny jobs in one process, stopped once the first trains (~30 s)
-def test_sigterm_to_a_sweep_that_trains_in_its_own_process_saves_the_running_job(tmp_path) -> None:
+@pytest.mark.parametrize("workers", [0, 1], ids=["no loader workers", "a loader worker"])
+def test_sigterm_to_a_sweep_that_trains_in_its_own_process_saves_the_running_job(workers, tmp_path) -> None:
     """Hydra's basic launcher runs the jobs in the sweep's process, where Lightning's SIGTERM handler calls
     this module's after its own: that one exited at once (143, "0 running job(s) stopped") and the running
     job's steps were lost. Now the job stops at its next step with its last.ckpt, and the next job never
-    starts."""
+    starts. A DataLoader worker is a child process too, and must not be taken for a sweep's worker."""
     sweep_dir, log = tmp_path / "sweep", tmp_path / "out.txt"
-    sweep = endless_train.start(["-m", "seed=0,1", f"hydra.sweep.dir={sweep_dir}"], log)
+    args = ["-m", "seed=0,1", f"data.num_workers={workers}", f"hydra.sweep.dir={sweep_dir}"]
+    sweep = endless_train.start(args, log)
     try:
         endless_train.wait_for(sweep, log, "step 3/")  # the first job trains
         sweep.send_signal(signal.SIGTERM)
