@@ -43,7 +43,7 @@ def test_good_checkpoint_round_trips_weights_vocab_and_decoding(good: Path) -> N
     loaded = load_checkpoint(good)
     saved = torch.load(good, weights_only=True)
     assert loaded.vocab.itos == saved[CHECKPOINT_KEY]["vocab"]["itos"]
-    assert loaded.decoding == GenerationConfig(num_beams=1, max_new_tokens=6).to_dict()
+    assert loaded.decoding == GenerationConfig(num_beams=1, max_new_tokens=20).to_dict()  # debug=tiny's
     for name, tensor in loaded.net.state_dict().items():
         assert torch.equal(tensor, saved["state_dict"][f"net.{name}"]), name
 

@@ -277,7 +277,7 @@ def test_trained_on_cached_features_the_checkpoint_captions_raw_images(tmp_path)
     assert len(index["images"]) == 24 + 8  # the train and val scenes training read
     calls = count_images(model.net.encoder)
     source = SyntheticSource(8, seed=0, split="val")
-    from_cache = decode_source(model, source, {"num_beams": 1, "max_new_tokens": 6}, feature_cache=cache)
+    from_cache = decode_source(model, source, {"num_beams": 1, "max_new_tokens": 20}, feature_cache=cache)
     assert calls == []  # the checkpoint's encoder is the one that made the cache: same key, nothing new
     from_pixels = Captioner(model).caption([source.image(i) for i in range(len(source))], num_beams=1)
     assert sum(calls) == 8
