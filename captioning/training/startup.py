@@ -96,8 +96,9 @@ def check_before_data(cfg: DictConfig) -> Start:
 
 def check_finished_run_is_this_job(cfg: DictConfig, checkpoint: str) -> None:
     """``ckpt_path=auto`` found a finished run in this job's folder: it stands for this job only if it was
-    trained with this job's config (captioning/training/job_record.py). Otherwise one line naming the keys
-    that differ, and the folder's ``.hydra/`` files written back (Hydra had put this job's there)."""
+    trained with this job's model, data, seed and starting weights (captioning/training/job_record.py).
+    Otherwise one line naming the overrides and keys that differ, and the folder's ``.hydra/`` files written
+    back as they were (Hydra had put this job's there)."""
     summary = read_summary(cfg.output_dir)
     differences = finished_run_differences(cfg, summary, checkpoint)
     if not differences:

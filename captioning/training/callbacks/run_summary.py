@@ -9,7 +9,7 @@
      "last": {...},                     # the last validation, the same fields
      "global_step": 96, "epochs": 8, "train_seconds": 812.4,
      "params": {"total": ..., "trainable": ...}, "history": [...], "finished": true,
-     "job": {"config": {...}, "overrides": [...]}}   # what ckpt_path=auto checks a re-run job against
+     "job": {"config": {...}, "overrides": [...], "hydra_files": {...}}}  # ckpt_path=auto's check
 
 ``best`` holds every ``val/*`` metric of the validation that produced the best checkpoint (the
 checkpoint callback keeps only the monitored value). With no validation (``limit_val_batches=0``,
@@ -50,7 +50,7 @@ class RunSummary(pl.Callback):
         self.history: list[dict[str, Any]] = []  # one entry per validation: epoch, step, val/* metrics
         self._start = 0.0
         self._earlier_seconds = 0.0
-        self.job: dict[str, Any] | None = None  # the job's config and overrides (training/job_record.py)
+        self.job: dict[str, Any] | None = None  # what defines the job (training/job_record.py)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = time.perf_counter()
