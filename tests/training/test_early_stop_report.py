@@ -39,29 +39,37 @@ def test_a_minimised_metric_names_its_lowest_value():
     assert "; best val/loss 2.5000 in epoch 1;" in line
 
 
-def test_after_a_resume_the_best_named_is_still_the_kept_checkpoints(tmp_path):
-    """The history travels in the checkpoint: a run resumed after its best epoch named the best of the
-    validations since the resume (0.50) while the kept checkpoint was epoch 0's (0.90)."""
+def _fit(folder, stopper, epochs: int, values: list[float], ckpt_path=None) -> EarlyStopReport:
+    """A ScoredModule run with ``stopper``, the report and a checkpoint callback ranking ``v`` (last.ckpt
+    in ``folder``); its report."""
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from captioning.training.callbacks.early_stopping import EarlyStopping
-
     from support.scored_module import ScoredModule
 
-    def fit(epochs: int, values: list[float], ckpt_path=None) -> EarlyStopReport:
-        report = EarlyStopReport()
-        stopper = EarlyStopping(monitor="v", mode="max", patience=2, check_on_train_epoch_end=False)
-        keep = ModelCheckpoint(dirpath=tmp_path, monitor="v", mode="max", save_last=True)
-        trainer = pl.Trainer(
-            max_epochs=epochs, callbacks=[stopper, report, keep], logger=False, enable_progress_bar=False,
-            enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path,
-        )  # fmt: skip
-        trainer.fit(ScoredModule(values), ckpt_path=ckpt_path)
-        return report
+    report = EarlyStopReport()
+    keep = ModelCheckpoint(dirpath=folder, monitor="v", mode="max", save_last=True)
+    trainer = pl.Trainer(
+        max_epochs=epochs, callbacks=[stopper, report, keep], logger=False, enable_progress_bar=False,
+        enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=folder,
+    )  # fmt: skip
+    trainer.fit(ScoredModule(values), ckpt_path=ckpt_path)
+    return report
 
-    fit(2, [0.9, 0.5])  # epoch 0 is the best; interrupted after epoch 1
-    report = fit(5, [0.5, 0.5, 0.5], ckpt_path=tmp_path / "last.ckpt")  # patience runs out
+
+def _stopper(cls=None, patience: int = 2):
+    from captioning.training.callbacks.early_stopping import EarlyStopping as Ours
+
+    return (cls or Ours)(monitor="v", mode="max", patience=patience, check_on_train_epoch_end=False)
+
+
+def test_after_a_resume_the_best_named_is_still_the_kept_checkpoints(tmp_path):
+    """The history travels in the checkpoint: a run resumed after its best epoch named the best of the
+    validations since the resume (0.50) while the kept checkpoint was epoch 0's (0.90)."""
+    _fit(tmp_path, _stopper(), 2, [0.9, 0.5])  # epoch 0 is the best; interrupted after epoch 1
+    report = _fit(
+        tmp_path, _stopper(), 5, [0.5, 0.5, 0.5], ckpt_path=tmp_path / "last.ckpt"
+    )  # patience runs out
     assert report.line is not None and "early stopping ended the run in epoch" in report.line
     assert "; best v 0.9000 in epoch 0;" in report.line
 
@@ -70,27 +78,12 @@ def test_after_a_resume_the_best_named_is_still_the_kept_checkpoints(tmp_path):
 def test_a_resumed_run_that_ends_at_max_epochs_reports_no_stop(stopper_class, tmp_path):
     """The stopper restores the stop of the run it was saved from: the report printed that stop again at the
     end of a resumed run that early stopping did not end."""
-    import pytorch_lightning as pl
     from pytorch_lightning.callbacks import EarlyStopping as LightningEarlyStopping
-    from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from captioning.training.callbacks.early_stopping import EarlyStopping as Ours
-
-    from support.scored_module import ScoredModule
-
-    cls = Ours if stopper_class == "ours" else LightningEarlyStopping
-
-    def fit(epochs, values, patience, ckpt_path=None) -> EarlyStopReport:
-        report = EarlyStopReport()
-        stopper = cls(monitor="v", mode="max", patience=patience, check_on_train_epoch_end=False)
-        keep = ModelCheckpoint(dirpath=tmp_path, save_last=True)
-        trainer = pl.Trainer(
-            max_epochs=epochs, callbacks=[stopper, report, keep], logger=False, enable_progress_bar=False,
-            enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path,
-        )  # fmt: skip
-        trainer.fit(ScoredModule(values), ckpt_path=ckpt_path)
-        return report
-
-    assert "early stopping ended the run in epoch 1" in fit(5, [0.9, 0.5], patience=1).line
-    resumed = fit(3, [0.95, 0.96, 0.97], patience=1, ckpt_path=tmp_path / "last.ckpt")  # gains to the end
+    cls = None if stopper_class == "ours" else LightningEarlyStopping
+    first = _fit(tmp_path, _stopper(cls, patience=1), 5, [0.9, 0.5])
+    assert "early stopping ended the run in epoch 1" in first.line
+    resumed = _fit(  # gains to the end
+        tmp_path, _stopper(cls, patience=1), 3, [0.95, 0.96, 0.97], ckpt_path=tmp_path / "last.ckpt"
+    )
     assert resumed.line is None
