@@ -132,9 +132,19 @@ def monitor_text(value: float, monitor: str) -> str:
     return f"{value * 100:.1f}" if any(m in monitor for m in PERCENT_MONITORS) else f"{value:.3g}"
 
 
+def _within_epoch(entries: list[dict], i: int) -> str:
+    """`` (step N)`` for a validation in the middle of its epoch (another of the same epoch follows: a
+    ``trainer.max_time`` cut's, or one of several a ``val_check_interval`` schedules), else ''."""
+    later = entries[i + 1] if i + 1 < len(entries) else None
+    if later is None or later.get("epoch") != entries[i].get("epoch"):
+        return ""
+    step = entries[i].get("step")
+    return f" (step {step})" if step is not None else " (mid-epoch)"
+
+
 def runs_table(out: Path) -> str:
     """``runs.md``: a row per job of the record, finished or not (marked so): its configuration and seed, the
-    monitored validation metric per epoch (the first is epoch 0), the best and its epoch, the train time and
+    monitored validation metric per epoch (the first is epoch 0; one in the middle of an epoch with its step), the best and its epoch, the train time and
     BLEU-4 / CIDEr-D at every evaluation setting. Written from the files alone, so it is made again as jobs
     land and never needs their checkpoints."""
     jobs = find_jobs(out)
@@ -150,8 +160,12 @@ def runs_table(out: Path) -> str:
     rows = []
     for job in jobs:
         summary = job["summary"] or unfinished_summary(job["dir"] / "run.json")
-        history = [(h.get("metrics") or {}).get(monitor) for h in summary.get("history") or []]
-        curve = " / ".join(monitor_text(v, monitor) if v is not None else "–" for v in history) or "–"
+        entries = summary.get("history") or []
+        history = [(h.get("metrics") or {}).get(monitor) for h in entries]
+        curve = " / ".join(
+            (monitor_text(v, monitor) if v is not None else "–") + _within_epoch(entries, i)
+            for i, v in enumerate(history)
+        ) or "–"  # fmt: skip
         if job["summary"] is None:
             logged = f"{len(history)} epoch{'s' if len(history) != 1 else ''} logged"
             best, minutes = f"not finished ({logged})", "–"

@@ -98,7 +98,12 @@ def test_the_runs_table_has_every_job_recorded_or_not_finished(tmp_path):
         (out / str(num) / ".hydra" / "overrides.yaml").write_text(
             yaml.safe_dump(["model/decoder=hard", "seed=2"])
         )
-    (out / "11" / "run.json").write_text(json.dumps({**done, "train_seconds": 60.0}))
+    cut = [
+        *history[:2],
+        {"epoch": 2, "step": 70, "metrics": {"val/CIDEr": 0.3}},
+        history[2],
+    ]  # a max_time cut
+    (out / "11" / "run.json").write_text(json.dumps({**done, "train_seconds": 60.0, "history": cut}))
     # finished without a validation (its time ran out in epoch 0): no best, and said so
     (out / "12" / "run.json").write_text(
         json.dumps({**done, "best": None, "best_score": None, "history": []})
@@ -115,7 +120,7 @@ def test_the_runs_table_has_every_job_recorded_or_not_finished(tmp_path):
         "| 1 | hard | 0 | 20.0 / 45.0 / 40.0 | 45.0 (1) | 50 min | 21.3 / 150.5 | – |",
         "| 2 | soft | 1 | 20.0 | not finished (1 epoch logged) | – | – | – |",
         "| 3 | hard | 1 | – | not finished (0 epochs logged) | – | – | – |",
-        "| 11 | hard | 2 | 20.0 / 45.0 / 40.0 | 45.0 (1) | 1 min | – | – |",
+        "| 11 | hard | 2 | 20.0 / 45.0 / 30.0 (step 70) / 40.0 | 45.0 (1) | 1 min | – | – |",
         "| 12 | hard | 2 | – | none | 50 min | – | – |",
     ]
     runs, missing = soft_vs_hard.find_runs(out)  # the report lists what has no captions, never drops it
