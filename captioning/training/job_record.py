@@ -89,12 +89,14 @@ def _overrides(record: dict[str, Any]) -> set[str] | None:
     return {str(o) for o in given if not str(o).startswith(VOLATILE_OVERRIDES)}
 
 
-def finished_run_differences(cfg: DictConfig, summary: dict, checkpoint: str) -> list[str]:
-    """How this job differs from the finished run whose ``run.json`` is ``summary``; [] when it is the same."""
+def finished_run_differences(
+    cfg: DictConfig, mine: dict[str, Any], summary: dict, checkpoint: str
+) -> list[str]:
+    """How this job (``cfg``, its :func:`job_record` ``mine``) differs from the finished run whose ``run.json``
+    is ``summary``; [] when it is the same."""
     record = summary.get("job")
     if not (isinstance(record, dict) and isinstance(record.get("config"), dict)):
         return _network_differences(cfg, checkpoint)
-    mine = job_record(cfg)
     differences = _result_differences(record["config"], mine["config"])
     theirs, kept = _overrides(record), _overrides(mine)
     if differences and theirs is not None and kept is not None and theirs != kept:
@@ -126,14 +128,3 @@ def attach(callbacks: list, record: dict[str, Any]) -> None:
     for callback in callbacks:
         if isinstance(callback, RunSummary):
             callback.job = record
-
-
-def read_summary(output_dir: str | Path) -> dict:
-    """The run.json of ``output_dir`` as a dict ({} when missing or unreadable)."""
-    import json
-
-    try:
-        summary = json.loads((Path(output_dir) / "run.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return summary if isinstance(summary, dict) else {}

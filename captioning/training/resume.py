@@ -62,15 +62,19 @@ def resolve_ckpt_path(ckpt_path: str | None, output_dir: str | Path) -> str | No
     return str(path)
 
 
-def finished_run(output_dir: str | Path) -> str | None:
-    """The best checkpoint of a run that finished in ``output_dir`` (its ``run.json`` says ``finished`` and
-    names an existing file), else ``None``: what ``ckpt_path=auto`` returns instead of training again."""
-    path = Path(output_dir) / "run.json"
+def read_summary(output_dir: str | Path) -> dict:
+    """The ``run.json`` of ``output_dir`` as a dict ({} when missing, unreadable or not an object)."""
     try:
-        summary = json.loads(path.read_text())
+        summary = json.loads((Path(output_dir) / "run.json").read_text())
     except (OSError, ValueError):
-        return None
-    if not isinstance(summary, dict) or summary.get("finished") is not True:
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def finished_checkpoint(summary: dict) -> str | None:
+    """The best checkpoint of a finished run's ``run.json`` (``summary``: it says ``finished`` and names an
+    existing file), else ``None``: what ``ckpt_path=auto`` returns instead of training again."""
+    if summary.get("finished") is not True:
         return None
     checkpoint = summary.get("checkpoint")
     return checkpoint if isinstance(checkpoint, str) and Path(checkpoint).is_file() else None

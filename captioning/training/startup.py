@@ -31,7 +31,7 @@ from captioning.config_safety import check_targets
 from captioning.data.vocab import SPECIALS, Vocab
 from captioning.errors import ConfigError, one_line
 from captioning.training.build import build_model
-from captioning.training.job_record import finished_run_differences, read_summary, restore_hydra_files
+from captioning.training.job_record import finished_run_differences, restore_hydra_files
 from captioning.training.requeue import resume_requeued
 from captioning.training.resume import (
     AUTO,
@@ -40,7 +40,8 @@ from captioning.training.resume import (
     check_fresh_run_dir,
     check_resume_matches,
     checkpoint_folders,
-    finished_run,
+    finished_checkpoint,
+    read_summary,
     resolve_ckpt_path,
 )
 from captioning.training.validate import check_config, check_vocabulary
@@ -57,8 +58,9 @@ class Start:
     finished: str | None = None
 
 
-def check_before_data(cfg: DictConfig) -> Start:
-    """Every check that needs no data; raises on the first kind of mistake (all its keys in one line)."""
+def check_before_data(cfg: DictConfig, job: dict[str, Any]) -> Start:
+    """Every check that needs no data; raises on the first kind of mistake (all its keys in one line).
+    ``job``: this job's record (captioning/training/job_record.py), what a finished run must match."""
     check_targets(cfg)  # every _target_ on the allow-list (config_safety.py): nothing built before this
     check_config(cfg)  # types and ranges of every value, metric and monitor names (one line each)
     check_model_config(cfg)  # what the constructors refuse (dimensions that do not fit, ...)
@@ -66,9 +68,10 @@ def check_before_data(cfg: DictConfig) -> Start:
     if (
         str(cfg.get("ckpt_path")) == AUTO
     ):  # a sweep re-run after a stop: its finished jobs are not trained again
-        done = finished_run(cfg.output_dir)
+        summary = read_summary(cfg.output_dir)
+        done = finished_checkpoint(summary)
         if done:
-            check_finished_run_is_this_job(cfg, done)
+            check_finished_run_is_this_job(cfg, job, summary, done)
             print(
                 f"ckpt_path=auto: {cfg.output_dir} holds a finished run (run.json); its best: {done}",
                 file=sys.stderr,
@@ -94,13 +97,14 @@ def check_before_data(cfg: DictConfig) -> Start:
     return Start(ckpt_path=ckpt_path)
 
 
-def check_finished_run_is_this_job(cfg: DictConfig, checkpoint: str) -> None:
+def check_finished_run_is_this_job(
+    cfg: DictConfig, job: dict[str, Any], summary: dict, checkpoint: str
+) -> None:
     """``ckpt_path=auto`` found a finished run in this job's folder: it stands for this job only if it was
     trained with this job's model, data, seed and starting weights (captioning/training/job_record.py).
     Otherwise one line naming the overrides and keys that differ, and the folder's ``.hydra/`` files written
     back as they were (Hydra had put this job's there)."""
-    summary = read_summary(cfg.output_dir)
-    differences = finished_run_differences(cfg, summary, checkpoint)
+    differences = finished_run_differences(cfg, job, summary, checkpoint)
     if not differences:
         return
     restored = restore_hydra_files(cfg.output_dir, summary)

@@ -36,7 +36,7 @@ from captioning.training.validate import check_config  # noqa: E402
 def train(cfg: DictConfig) -> str:
     """Train ``cfg`` (a composed captioning/conf/train.yaml); returns the best checkpoint's path."""
     job = job_record.job_record(cfg, cfg.output_dir)  # run.json keeps it: ckpt_path=auto's check
-    start = startup.check_before_data(cfg)  # config mistakes fail here in seconds, before the data are read
+    start = startup.check_before_data(cfg, job)  # config mistakes fail here in seconds, before the data
     if start.finished:  # ckpt_path=auto in the folder of a finished run: nothing to train
         return start.finished
     pl.seed_everything(cfg.seed, workers=True)

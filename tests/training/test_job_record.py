@@ -93,8 +93,9 @@ def test_in_a_hydra_job_the_overrides_that_differ_come_first(finished, monkeypat
         "_hydra_overrides",
         lambda: ["debug=tiny", "model.decoder.hidden_dim=24", "ckpt_path=auto"],
     )
+    cfg = compose_train([*RUN, "model.decoder.hidden_dim=24"], folder)
     differences = job_record.finished_run_differences(
-        compose_train([*RUN, "model.decoder.hidden_dim=24"], folder), summary, summary["checkpoint"]
+        cfg, job_record.job_record(cfg), summary, summary["checkpoint"]
     )
     assert differences == [
         "overrides ['model.decoder.hidden_dim=16'] -> ['model.decoder.hidden_dim=24']",

@@ -396,7 +396,7 @@ def test_objective_scst_with_ckpt_path_auto_still_needs_init_from(tmp_path: Path
 def test_a_run_json_that_does_not_name_a_finished_checkpoint_means_not_finished(
     tmp_path: Path, content
 ) -> None:
-    from captioning.training.resume import finished_run
+    from captioning.training.resume import finished_checkpoint, read_summary
 
     (tmp_path / "run.json").write_text(content)
-    assert finished_run(tmp_path) is None
+    assert finished_checkpoint(read_summary(tmp_path)) is None
