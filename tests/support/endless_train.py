@@ -6,7 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+
+import psutil
 
 from support import TINY
 
@@ -24,12 +28,22 @@ def captioning_train() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "captioning.training.train"]
 
 
-def start(args: list[str], log: Path) -> subprocess.Popen:
-    """``captioning-train ENDLESS args`` with stdout and stderr into ``log``, in ``log``'s folder."""
+@contextmanager
+def running(args: list[str], log: Path) -> Iterator[subprocess.Popen]:
+    """``captioning-train ENDLESS args`` with stdout and stderr into ``log``, in ``log``'s folder; on leaving,
+    it and every process it started that is still there are killed (a failed test leaves none training)."""
     with open(log, "w") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [*captioning_train(), *args, *ENDLESS], stdout=out, stderr=subprocess.STDOUT, cwd=log.parent
         )
+    try:
+        yield proc
+    finally:
+        left = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+        for child in [proc, *left]:
+            with suppress(psutil.NoSuchProcess, ProcessLookupError):
+                child.kill()
+        proc.wait()
 
 
 def wait_for(proc: subprocess.Popen, log: Path, text: str, count: int = 1, timeout: float = 240) -> None:

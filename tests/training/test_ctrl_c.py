@@ -14,14 +14,12 @@ from support import endless_train
 @pytest.mark.slow  # one endless tiny run, interrupted once it trains (~15 s)
 def test_the_first_ctrl_c_stops_at_the_steps_end_with_last_ckpt(tmp_path) -> None:
     run, log = tmp_path / "run", tmp_path / "out.txt"
-    proc = endless_train.start(["callbacks.last_checkpoint.every_n_minutes=600", f"hydra.run.dir={run}"], log)
-    try:
+    with endless_train.running(
+        ["callbacks.last_checkpoint.every_n_minutes=600", f"hydra.run.dir={run}"], log
+    ) as proc:
         endless_train.wait_for(proc, log, "step 20/")  # past epoch 0 (15 steps): no save since its validation
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 130, log.read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     text = log.read_text()
     assert "Ctrl-C: the run stops at the end of this step with a last.ckpt to resume from" in text
     stopped = int(text.split("stopped by Ctrl-C at step ")[1].split(";")[0])

@@ -63,8 +63,7 @@ def test_sigterm_to_a_joblib_sweep_ends_its_workers(tmp_path) -> None:
         "seed=0,1",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     ]
-    sweep = endless_train.start(args, log)
-    try:
+    with endless_train.running(args, log) as sweep:
         endless_train.wait_for(sweep, log, "step 2/", count=2)  # both jobs are training
         workers = psutil.Process(sweep.pid).children(recursive=True)
         assert len([w for w in workers if "loky" in " ".join(w.cmdline())]) >= 2
@@ -72,12 +71,8 @@ def test_sigterm_to_a_joblib_sweep_ends_its_workers(tmp_path) -> None:
         assert sweep.wait(timeout=120) == 143, log.read_text()[-3000:]
         _, alive = psutil.wait_procs(workers, timeout=30)
         assert alive == []
-        text = log.read_text()
-        assert "sweep stopped by SIGTERM (2 running job(s) stopped)" in text and "ckpt_path=auto" in text
-    finally:
-        for proc in [sweep, *psutil.Process().children(recursive=True)]:
-            if proc.pid != sweep.pid or sweep.poll() is None:
-                proc.kill()
+    text = log.read_text()
+    assert "sweep stopped by SIGTERM (2 running job(s) stopped)" in text and "ckpt_path=auto" in text
 
 
 @pytest.mark.slow  # a sweep of two endless tiny jobs in one process, stopped once the first trains (~30 s)
@@ -89,14 +84,10 @@ def test_sigterm_to_a_sweep_that_trains_in_its_own_process_saves_the_running_job
     starts. A DataLoader worker is a child process too, and must not be taken for a sweep's worker."""
     sweep_dir, log = tmp_path / "sweep", tmp_path / "out.txt"
     args = ["-m", "seed=0,1", f"data.num_workers={workers}", f"hydra.sweep.dir={sweep_dir}"]
-    sweep = endless_train.start(args, log)
-    try:
+    with endless_train.running(args, log) as sweep:
         endless_train.wait_for(sweep, log, "step 3/")  # the first job trains
         sweep.send_signal(signal.SIGTERM)
         assert sweep.wait(timeout=120) == 143, log.read_text()[-3000:]
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
     text = log.read_text()
     assert "the running job stops at its next step" in text and "ckpt_path=auto" in text
     assert "stopped by SIGTERM at step" in text  # the job's own line: where it stopped
