@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -45,10 +46,20 @@ def compose_config(config_name: str, overrides: list[str]) -> tuple[DictConfig, 
     return cfg, choices
 
 
-def unknown_key_message(config_name: str, err: Exception, overrides: list[str]) -> str | None:
+def unknown_key_message(
+    config_name: str,
+    err: Exception,
+    overrides: list[str],
+    compose_job: Callable[[list[str]], DictConfig] | None = None,
+    where: str | None = None,
+) -> str | None:
     """For an override of a key the config lacks, one line with the closest existing key ("did you mean
     trainer.max_epochs?") instead of Hydra's advice to add it with ``+`` (a key nothing would read); None
-    for another refusal."""
+    for another refusal.
+
+    ``compose_job(overrides)`` composes the config as the command line does (a ``--config-dir`` of the
+    user's own configs included); by default the package's ``config_name``. ``where`` says where to read
+    the keys when none is close."""
     import difflib
     import re
 
@@ -58,13 +69,19 @@ def unknown_key_message(config_name: str, err: Exception, overrides: list[str]) 
     if not match:
         return None
     wrong = match.group(1)
-    where = (
-        "`captioning-train --cfg job`" if config_name == "train" else f"captioning/conf/{config_name}.yaml"
-    )
-    try:
-        cfg, _ = compose_config(
-            config_name, [a for a in overrides if a.split("=", 1)[0].lstrip("+~") != wrong]
+    if where is None:
+        where = (
+            "`captioning-train --cfg job`"
+            if config_name == "train"
+            else f"captioning/conf/{config_name}.yaml"
         )
+    if compose_job is None:
+
+        def compose_job(job: list[str]) -> DictConfig:
+            return compose_config(config_name, job)[0]
+
+    try:
+        cfg = compose_job([a for a in overrides if a.split("=", 1)[0].lstrip("+~") != wrong])
         close = difflib.get_close_matches(
             wrong, _leaf_keys(OmegaConf.to_container(cfg, resolve=False)), 1, 0.7
         )

@@ -8,8 +8,11 @@ the first problem, or None.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from omegaconf import DictConfig
 
 from captioning.config_safety import check_targets
 from captioning.config_yaml import check_yaml_files, searchpath_overrides
@@ -63,65 +66,75 @@ def command_line_problem(
             path=f"file://{os.path.abspath(args.config_dir)}",
             anchor=SearchPathQuery(provider="schema"),
         )
-    refused: Exception | None = None  # a user's mistake Hydra refused, worded below
-    failed_job: tuple[str, list[str], Exception] | None = None  # (which job, its overrides, its mistake)
+    name = args.config_name or config_name
+    flags = f" --config-dir {args.config_dir}" if args.config_dir else ""
+    flags += f" --config-name {args.config_name}" if args.config_name else ""
     try:
         hydra = Hydra.create_main_hydra2(task_name="check", config_search_path=search_path)
-        cfg = hydra.compose_config(
-            args.config_name or config_name,
-            args.overrides,
-            run_mode=RunMode.MULTIRUN if args.multirun else RunMode.RUN,
-            with_log_configuration=False,
-        )
+
+        def compose_job(job: list[str]) -> DictConfig:  # one job, as Hydra will compose it
+            return hydra.compose_config(name, job, run_mode=RunMode.RUN, with_log_configuration=False)
+
+        def nearest_key(err: Exception, job: list[str]) -> str | None:  # in the user's configs too
+            return _nearest_key(name, err, job, compose_job, f"`...{flags} --cfg job`")
+
+        try:
+            cfg = hydra.compose_config(
+                name,
+                args.overrides,
+                run_mode=RunMode.MULTIRUN if args.multirun else RunMode.RUN,
+                with_log_configuration=False,
+            )
+        except Exception as err:  # noqa: BLE001 - a user's config mistake is one line; a bug is re-raised
+            if isinstance(err, ConfigError | RecursionError) or not is_user_error(err):
+                raise
+            job = _sweep_jobs(args.overrides)[0] if args.multirun else args.overrides
+            # without flags the entry point composes again and words its own report
+            return nearest_key(err, job) or (one_line(err) if any(a.startswith("-") for a in argv) else None)
         check_targets(cfg)
-        if args.multirun:
-            jobs = _sweep_jobs(args.overrides)
-            for number, job in enumerate(jobs[:MAX_SWEEP_JOBS_CHECKED]):
-                try:
-                    job_cfg = hydra.compose_config(
-                        args.config_name or config_name,
-                        job,
-                        run_mode=RunMode.RUN,
-                        with_log_configuration=False,
-                    )
-                    check_targets(job_cfg)
-                    if check_job is not None:
-                        check_job(job_cfg)
-                except Exception as err:  # noqa: BLE001 - a user's mistake names its job; a bug re-raised
-                    if not is_user_error(err):
-                        raise
-                    swept = " ".join(a for a in job if a not in args.overrides)
-                    failed_job = (f"sweep job {number} of {len(jobs)} ({swept})", job, err)
-                    break
+        if not args.multirun:
+            return None
+        jobs = _sweep_jobs(args.overrides)
+        for number, job in enumerate(jobs[:MAX_SWEEP_JOBS_CHECKED]):
+            try:
+                job_cfg = compose_job(job)
+                check_targets(job_cfg)
+                if check_job is not None:
+                    check_job(job_cfg)
+            except Exception as err:  # noqa: BLE001 - a user's mistake names its job; a bug re-raised
+                if not is_user_error(err):
+                    raise
+                swept = " ".join(a for a in job if a not in args.overrides)
+                which = f"sweep job {number} of {len(jobs)} ({swept})"
+                return f"{which}: {nearest_key(err, job) or one_line(err)}; no job was started"
+        return None
     except ConfigError as err:
         return str(err)
     except RecursionError:
-        name = args.config_name or config_name
         return f"config {name!r}: its defaults lists include each other (a cycle), so it never finishes composing"
-    except Exception as err:  # noqa: BLE001 - a user's config mistake is one line; a bug is re-raised
-        if not is_user_error(err):
-            raise
-        refused = err
     finally:
         GlobalHydra.instance().clear()
-    name = args.config_name or config_name
-    if failed_job is not None:  # composed again only now: Hydra's global state is cleared
-        which, job, err = failed_job
-        return f"{which}: {_nearest_key(name, err, job) or one_line(err)}; no job was started"
-    if refused is None:
-        return None
-    job = _sweep_jobs(args.overrides)[0] if args.multirun else args.overrides
-    # without flags the entry point composes again and words its own report
-    return _nearest_key(name, refused, job) or (
-        one_line(refused) if any(a.startswith("-") for a in argv) else None
-    )
 
 
-def _nearest_key(config_name: str, err: Exception, overrides: list[str]) -> str | None:
+def _nearest_key(
+    config_name: str,
+    err: Exception,
+    overrides: list[str],
+    compose_job: Callable[[list[str]], DictConfig],
+    where: str,
+) -> str | None:
     """For an unknown key, the line naming the nearest one (did you mean ...?); else None."""
+    from omegaconf import open_dict
+
     from captioning.compose import unknown_key_message
 
+    def keys_of(job: list[str]) -> DictConfig:  # the config's keys, not Hydra's own node
+        cfg = compose_job(job)
+        with open_dict(cfg):
+            cfg.pop("hydra", None)
+        return cfg
+
     try:
-        return unknown_key_message(config_name, err, overrides)
+        return unknown_key_message(config_name, err, overrides, keys_of, where)
     except Exception:  # noqa: BLE001 - Hydra's own words then
         return None

@@ -25,6 +25,8 @@ from captioning.cli.arguments import ENSEMBLE_HELP, add_checkpoints, path_arg
 from captioning.cli.decoding_flags import add_decoding_arguments, merge_into_overrides
 
 if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
     from captioning.inference.evaluation import Evaluation
 
 
@@ -66,24 +68,28 @@ def check_args(args: argparse.Namespace) -> str | None:
     return merge_into_overrides(args)
 
 
-def default_out_dir(checkpoints: list[Path], data: str, split: str, evaluation: Evaluation) -> Path:
+def default_out_dir(checkpoints: list[Path], data: str, cfg: DictConfig, evaluation: Evaluation) -> Path:
     """Under outputs/ (never beside the checkpoint, which may be read-only or shared); an ensemble's
     folder joins its members' stems with '+'. The name ends with 8 hex digits of what the results depend
-    on (the checkpoints' resolved paths, the data, the split, every decoding and reranking setting, the
-    seed): two runs' last.ckpt, or one checkpoint at two length penalties, never share a folder, while
-    the same evaluation again writes where it wrote before."""
+    on (the checkpoints' resolved paths; the data config as composed, its folders and ``num_images``
+    included; the split and tokenizer; every decoding and reranking setting; the seed): two runs'
+    last.ckpt, one checkpoint at two length penalties, or one split of two copies of a dataset never
+    share a folder, while the same evaluation again writes where it wrote before."""
+    from omegaconf import OmegaConf
+
     from captioning.checkpoints.ensemble import members_stem
 
     what = {
         "checkpoints": [str(Path(c).resolve()) for c in checkpoints],
-        "data": data,
-        "split": split,
+        "data": OmegaConf.to_container(cfg.data, resolve=True),
+        "split": cfg.split,
+        "tokenizer": cfg.get("tokenizer"),
         "decoding": evaluation.decoding,
         "rerank": evaluation.rerank,
         "seed": evaluation.seed,
     }
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    name = f"{data}-{split}-beam{evaluation.decoding['num_beams']}-{digest}"
+    name = f"{data}-{cfg.split}-beam{evaluation.decoding['num_beams']}-{digest}"
     return Path("outputs") / "evaluate" / members_stem(checkpoints) / name
 
 
@@ -98,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     except (*user_errors(), ValueError, RuntimeError) as err:  # e.g. a decoding value a check refused
         print(f"captioning evaluate: error: {one_line(err)}", file=sys.stderr)
         return 2
-    out_dir = args.out_dir or default_out_dir(args.checkpoint, data_name, cfg.split, evaluation)
+    out_dir = args.out_dir or default_out_dir(args.checkpoint, data_name, cfg, evaluation)
     # The scores first: a bad --out-dir loses none of them.
     print(format_evaluation(evaluation, out_dir / "results.json"))
     for line in evaluation.decoded.skipped:  # unreadable images were left out of the scores

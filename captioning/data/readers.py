@@ -46,6 +46,24 @@ FLICKR8K_SPLIT_FILES = {
 FLICKR8K_TOKEN_FILE = "Flickr8k.token.txt"
 FLICKR8K_FOLDER = "the Flickr8k folder (set paths.flickr8k=PATH or FLICKR8K_ROOT)"
 FLICKR8K_IMAGE_DIR = "Flicker8k_Dataset"  # sic: the original distribution misspells it
+# Where the two zips of the original distribution put their files, as copies are usually unpacked: the
+# text files beside the image folder or in their own Flickr8k_text/; the images in Flicker8k_Dataset/ or,
+# unpacked into a folder named after the zip, Flickr8k_Dataset/Flicker8k_Dataset/ (the first found wins).
+FLICKR8K_TEXT_DIRS = (".", "Flickr8k_text")
+FLICKR8K_IMAGE_DIRS = (FLICKR8K_IMAGE_DIR, f"Flickr8k_Dataset/{FLICKR8K_IMAGE_DIR}", "Flickr8k_Dataset")
+
+
+def flickr8k_file(root: str | Path, name: str) -> Path:
+    """``name`` (a text file, or one of :data:`FLICKR8K_IMAGE_DIRS`' folders for ``FLICKR8K_IMAGE_DIR``)
+    where this copy of Flickr8k has it; where the original layout puts it when the copy has none."""
+    root = Path(root).expanduser()
+    places = (
+        FLICKR8K_IMAGE_DIRS if name == FLICKR8K_IMAGE_DIR else [f"{d}/{name}" for d in FLICKR8K_TEXT_DIRS]
+    )
+    for place in places:
+        if (root / place).exists():
+            return root / place
+    return root / name
 
 
 @register_reader("coco", suffixes=(".json",))
@@ -199,17 +217,27 @@ def _read_flickr8k_captions(token_file: Path, report: Problems) -> dict[str, lis
 def read_flickr8k(root: str | Path, split: str, *, on_error: str = "raise") -> list[ImageRecord]:
     """Read a Flickr8k split from the original text files under ``root``; records keep the split list's order.
 
+    The text files may sit beside the image folder or in ``Flickr8k_text/``; the images in
+    ``Flicker8k_Dataset/`` or ``Flickr8k_Dataset/Flicker8k_Dataset/`` (:func:`flickr8k_file`).
+
     ``split`` is ``train``, ``dev`` (alias ``val``) or ``test``. Ids are filename stems; captions are
     ordered by their ``#k`` index. Only the token-file lines of the split's images are checked beyond
     their line format.
     """
     if split not in FLICKR8K_SPLIT_FILES:
         raise ValueError(f"split must be one of {tuple(FLICKR8K_SPLIT_FILES)}, got {split!r}")
-    report = Problems(Path(root) / FLICKR8K_SPLIT_FILES[split], on_error)
+    report = Problems(flickr8k_file(root, FLICKR8K_SPLIT_FILES[split]), on_error)
     root = existing(root, FLICKR8K_FOLDER, is_dir=True)
-    split_file = existing(root / FLICKR8K_SPLIT_FILES[split], f"the Flickr8k {split!r} split list")
-    token_file = existing(root / FLICKR8K_TOKEN_FILE, "the Flickr8k caption file")
-    image_dir = existing(root / FLICKR8K_IMAGE_DIR, "the Flickr8k image folder", is_dir=True)
+    beside = " (or in Flickr8k_text/)"
+    split_file = existing(
+        flickr8k_file(root, FLICKR8K_SPLIT_FILES[split]), f"the Flickr8k {split!r} split list{beside}"
+    )
+    token_file = existing(flickr8k_file(root, FLICKR8K_TOKEN_FILE), f"the Flickr8k caption file{beside}")
+    image_dir = existing(
+        flickr8k_file(root, FLICKR8K_IMAGE_DIR),
+        f"the Flickr8k image folder (or {' or '.join(FLICKR8K_IMAGE_DIRS[1:])})",
+        is_dir=True,
+    )
     all_captions = _read_flickr8k_captions(token_file, report)
 
     entries = _flickr8k_entries(split_file, token_file, image_dir, all_captions, report)

@@ -17,7 +17,14 @@ from PIL import Image
 from captioning.bounds import AtLeast, check_bounds
 from captioning.data.extra_references import add_references
 from captioning.data.images import load_rgb
-from captioning.data.readers import FLICKR8K_FOLDER, FLICKR8K_SPLIT_FILES, DatasetError, read_flickr8k
+from captioning.data.readers import (
+    FLICKR8K_FOLDER,
+    FLICKR8K_SPLIT_FILES,
+    FLICKR8K_TEXT_DIRS,
+    DatasetError,
+    flickr8k_file,
+    read_flickr8k,
+)
 from captioning.data.synthetic import Scene, SceneObject, render_scene, shuffled_captions
 
 _SPLIT_STREAM = {"train": 0, "val": 1, "test": 2}
@@ -188,12 +195,17 @@ def flickr8k_split(root: str, split: str, num_images: int | None = None) -> Capt
     """Flickr8k's ``split`` (its first ``num_images``) when its split list is in ``root``, else a
     :class:`MissingSplit` naming the split lists found (the test list is not part of every copy:
     the project machines' has train and dev)."""
-    path = Path(root) / FLICKR8K_SPLIT_FILES[split]
+    folder = Path(root).expanduser()
+    path = flickr8k_file(folder, FLICKR8K_SPLIT_FILES[split])
     if path.is_file():
-        return RecordSource(read_flickr8k(root, split), num_images)
-    if not Path(root).is_dir():  # no copy at all: say which key points at it
-        return MissingSplit(f"{Path(root).expanduser().resolve()}: not found; expected {FLICKR8K_FOLDER}")
-    found = sorted(p.name for p in Path(root).glob("Flickr_8k.*Images.txt")) if Path(root).is_dir() else []
+        return RecordSource(read_flickr8k(folder, split), num_images)
+    if not folder.is_dir():  # no copy at all: say which key points at it
+        return MissingSplit(f"{folder.resolve()}: not found; expected {FLICKR8K_FOLDER}")
+    found = sorted(
+        str(p.relative_to(folder))
+        for d in FLICKR8K_TEXT_DIRS
+        for p in (folder / d).glob("Flickr_8k.*Images.txt")
+    )
     return MissingSplit(
         f"{path}: not found, so this Flickr8k copy has no {split!r} split (split lists found: "
         f"{', '.join(found) or 'none'}); evaluate split=val, or add {path.name} and its images"

@@ -135,20 +135,32 @@ def test_evaluate_refuses_an_out_dir_that_is_a_file_before_decoding(
 
 
 def test_the_default_out_dir_is_one_per_checkpoint_and_setting(tmp_path) -> None:
-    # Two runs' last.ckpt, or one checkpoint at two settings, never share the default folder (one would
-    # replace the other's results); the same evaluation again writes where it wrote before.
+    # Two runs' last.ckpt, one checkpoint at two settings, or the same split of two copies of a dataset (or
+    # of fewer of its images) never share the default folder (one would replace the other's results, as
+    # data.test.num_images=4 did a whole split's); the same evaluation again writes where it wrote before.
     from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
 
     from captioning.cli.evaluate import default_out_dir
 
-    def folder(run: str, seed: int = 0, **decoding) -> str:
+    def folder(
+        run: str, seed: int = 0, root: str = "/data/f8k", images: int | None = None, **decoding
+    ) -> str:
         evaluation = SimpleNamespace(decoding={"num_beams": 3, **decoding}, rerank=None, seed=seed)
-        return str(default_out_dir([tmp_path / run / "last.ckpt"], "flickr8k", "test", evaluation))
+        cfg = OmegaConf.create(
+            {"paths": {"flickr8k": root}, "split": "test", "tokenizer": "ptb",
+             "data": {"root": "${paths.flickr8k}", "test": {"num_images": images}}}
+        )  # fmt: skip
+        return str(default_out_dir([tmp_path / run / "last.ckpt"], "flickr8k", cfg, evaluation))
 
     a = folder("runA")
     assert re.fullmatch(r"outputs/evaluate/last/flickr8k-test-beam3-[0-9a-f]{8}", a)
-    others = {folder("runB"), folder("runA", length_penalty=0.5), folder("runA", seed=1)}
-    assert len(others) == 3 and a not in others
+    others = [
+        folder("runB"), folder("runA", length_penalty=0.5), folder("runA", seed=1),
+        folder("runA", root="/data/f8k_full"), folder("runA", images=4),
+    ]  # fmt: skip
+    assert len(set(others)) == len(others) and a not in others
     assert folder("runA") == a
 
 

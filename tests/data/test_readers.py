@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from captioning.data.readers import (
     DatasetError,
@@ -18,12 +17,11 @@ from captioning.data.readers import (
     read_karpathy,
 )
 
+from support.tiny_datasets import append as _append
+from support.tiny_datasets import flickr8k_copy as _flickr
+from support.tiny_datasets import jpeg as _jpeg
+
 FLICKR8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "flickr8k"
-
-
-def _jpeg(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", (8, 8), (200, 30, 30)).save(path, "JPEG")
 
 
 def _write_json(path: Path, data: object) -> Path:
@@ -208,110 +206,6 @@ def test_read_karpathy_skip_counts_and_drops(tmp_path: Path, caplog: pytest.LogC
 
 
 # ---------------------------------------------------------------- Flickr8k
-
-
-def _flickr(tmp_path: Path) -> Path:
-    root = tmp_path.resolve() / "flickr8k"
-    for name in ("111_a.jpg", "222_b.jpg", "333_c.jpg"):
-        _jpeg(root / "Flicker8k_Dataset" / name)
-    token_lines = [
-        "222_b.jpg#1\tA second caption for b .",
-        "111_a.jpg#0\tA child climbs stairs .",
-        "222_b.jpg#0\tA dog in the snow .",
-        "111_a.jpg#1\tA girl in pink .",
-        "333_c.jpg#0\tA man on a bike .",
-        "999_x.jpg.1#0\tbogus entry of the original file, not in any split",
-    ]
-    (root / "Flickr8k.token.txt").write_text("\n".join(token_lines) + "\n", encoding="utf-8")
-    (root / "Flickr_8k.trainImages.txt").write_text("222_b.jpg\n111_a.jpg\n", encoding="utf-8")
-    (root / "Flickr_8k.devImages.txt").write_text("333_c.jpg\n", encoding="utf-8")
-    return root
-
-
-def test_read_flickr8k_exact_records_in_split_file_order(tmp_path: Path) -> None:
-    root = _flickr(tmp_path)
-    images = root / "Flicker8k_Dataset"
-    assert read_flickr8k(root, "train") == [
-        ImageRecord("222_b", images / "222_b.jpg", ("A dog in the snow .", "A second caption for b .")),
-        ImageRecord("111_a", images / "111_a.jpg", ("A child climbs stairs .", "A girl in pink .")),
-    ]
-    dev = [ImageRecord("333_c", images / "333_c.jpg", ("A man on a bike .",))]
-    assert read_flickr8k(root, "dev") == dev
-    assert read_flickr8k(root, "val") == dev
-
-
-def _append(path: Path, text: str) -> None:
-    path.write_text(path.read_text(encoding="utf-8") + text, encoding="utf-8")
-
-
-@pytest.mark.parametrize(
-    ("mutate", "fragment"),
-    [
-        (lambda r: _append(r / "Flickr8k.token.txt", "333_c.jpg no tab\n"), "Flickr8k.token.txt line 7"),
-        (lambda r: _append(r / "Flickr8k.token.txt", "111_a.jpg#2\t , .\n"), "line 7 (111_a.jpg#2)"),
-        (lambda r: _append(r / "Flickr8k.token.txt", "111_a.jpg#1\tAgain.\n"), "#1 repeats"),
-        (lambda r: _append(r / "Flickr_8k.trainImages.txt", "222_b.jpg\n"), "trainImages.txt line 3"),
-        (lambda r: _append(r / "Flickr_8k.trainImages.txt", "444_d.jpg\n"), "no '444_d.jpg#<k>' line"),
-        (lambda r: (r / "Flicker8k_Dataset" / "111_a.jpg").unlink(), "111_a.jpg does not exist"),
-        (lambda r: (r / "Flickr_8k.trainImages.txt").unlink(), "trainImages.txt: not found"),
-    ],
-)
-def test_read_flickr8k_errors_name_file_and_entry(tmp_path: Path, mutate, fragment: str) -> None:
-    root = _flickr(tmp_path)
-    mutate(root)
-    with pytest.raises(DatasetError, match=r"Flickr8k\.token\.txt|Flickr_8k\.trainImages\.txt") as info:
-        read_flickr8k(root, "train")
-    assert fragment in str(info.value)
-
-
-def test_read_flickr8k_missing_test_split_file(tmp_path: Path) -> None:
-    with pytest.raises(DatasetError, match="Flickr_8k.testImages.txt: not found"):
-        read_flickr8k(_flickr(tmp_path), "test")
-
-
-def test_read_flickr8k_skip_counts_and_drops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    root = _flickr(tmp_path)
-    _append(root / "Flickr8k.token.txt", "garbage line\n111_a.jpg#2\t\n")
-    _append(root / "Flickr_8k.trainImages.txt", "111_a.jpg\n333_c.jpg\n")
-    (root / "Flicker8k_Dataset" / "333_c.jpg").unlink()
-    with caplog.at_level(logging.WARNING):
-        records = read_flickr8k(root, "train", on_error="skip")
-    assert [(r.image_id, len(r.captions)) for r in records] == [("222_b", 2), ("111_a", 2)]
-    split_file = root / "Flickr_8k.trainImages.txt"
-    expected = "1 duplicate id, 1 empty caption, 1 malformed line, 1 missing image file"
-    assert _warnings(caplog) == [f"{split_file}: skipped {expected}"]
-
-
-@pytest.mark.skipif(not FLICKR8K.is_dir(), reason=f"real Flickr8k not found at {FLICKR8K}")
-def test_read_real_flickr8k_train_and_dev() -> None:
-    train, dev = read_flickr8k(FLICKR8K, "train"), read_flickr8k(FLICKR8K, "dev")
-    assert (len(train), len(dev)) == (6000, 1000)
-    assert {len(r.captions) for r in train + dev} == {5}
-    assert all(r.path.is_file() for r in train + dev)
-    assert not {r.image_id for r in train} & {r.image_id for r in dev}
-    first = (FLICKR8K / "Flickr_8k.trainImages.txt").read_text(encoding="utf-8").split()[0]
-    assert train[0].path == FLICKR8K.resolve() / "Flicker8k_Dataset" / first
-
-
-def test_flickr8k_split_test_is_an_error_naming_the_lists_found_or_the_real_test_split(
-    tmp_path: Path,
-) -> None:
-    """split=test never scores the dev images under another name (the evaluate trap)."""
-    from captioning.compose import compose_config
-    from captioning.data.sources import MissingSplit, RecordSource, flickr8k_split
-    from captioning.inference.evaluation import build_source
-
-    root = _flickr(tmp_path)
-    cfg, _ = compose_config("eval", ["data=flickr8k", f"paths.flickr8k={root}", "split=test"])
-    with pytest.raises(DatasetError) as info:
-        build_source(cfg.data, cfg.split)
-    message = str(info.value)
-    assert "Flickr_8k.testImages.txt: not found" in message
-    assert "split lists found: Flickr_8k.devImages.txt, Flickr_8k.trainImages.txt" in message
-    assert isinstance(flickr8k_split(str(root), "test"), MissingSplit)
-    (root / "Flickr_8k.testImages.txt").write_text("111_a.jpg\n", encoding="utf-8")  # now it has one
-    source = build_source(cfg.data, cfg.split)
-    assert isinstance(source, RecordSource) and [source.image_id(i) for i in range(len(source))] == ["111_a"]
 
 
 def test_unreadable_images_are_skipped_counted_and_listed_or_refused(tmp_path: Path, capsys) -> None:

@@ -93,6 +93,38 @@ def test_an_unknown_key_beside_flags_names_the_nearest_key(argv, tmp_path, monke
     assert_one_line(capsys.readouterr().err, "captioning-train: error:", "did you mean trainer.max_epochs?")
 
 
+@pytest.mark.parametrize(
+    ("files", "argv", "fragment"),
+    [
+        ({"data/my_scenes.yaml": "defaults:\n  - synthetic\n  - _self_\nscene_factor: 3\n"},
+         ["data=my_scenes", "data.scene_factr=4"], "data.scene_factr: no such config key; did you mean data.scene_factor?"),
+        ({"mine.yaml": "defaults:\n  - train\n  - _self_\nmy_batch_factor: 3\n"},
+         ["--config-name", "mine", "my_batch_factr=4"], "my_batch_factr: no such config key; did you mean my_batch_factor?"),
+        ({"mine.yaml": "defaults:\n  - train\n  - _self_\n"},
+         ["--config-name", "mine", "zzz_qqq=4"], "see `... --config-dir CONF --config-name mine --cfg job` for the keys"),
+    ],
+    ids=["a group option of the user's", "the user's own config", "no key close"],
+)  # fmt: skip
+def test_a_misspelt_key_of_a_users_config_dir_names_its_nearest_key(
+    files, argv, fragment, tmp_path, monkeypatch, capsys
+):
+    """With ``--config-dir``, the nearest key is looked up in the configs the command line composes: a key
+    only the user's folder has (and a config only it has) used to get "see captioning/conf/... for the
+    keys", read from the package's own configs."""
+    from captioning.training.train import cli
+
+    conf = tmp_path / "conf"
+    for name, text in files.items():
+        (conf / name).parent.mkdir(parents=True, exist_ok=True)
+        (conf / name).write_text(text)
+    argv = ["captioning-train", "--config-dir", str(conf), *argv, f"hydra.run.dir={tmp_path / 'run'}"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--cfg", "job"])
+    with pytest.raises(SystemExit) as info:
+        cli()
+    assert info.value.code == 2
+    assert_one_line(capsys.readouterr().err.replace(str(conf), "CONF"), fragment)
+
+
 def test_a_folder_without_images_and_an_unwritable_run_folder_are_one_line(
     good_checkpoint, tmp_path, monkeypatch, capsys
 ):
