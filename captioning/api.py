@@ -115,22 +115,28 @@ def _chooses_data(override: str) -> bool:
     return override.split("=", 1)[0].lstrip("+~").strip() == "data"
 
 
-def infer_data(checkpoints: Sequence[Path]) -> str:
-    """The data config to score ``checkpoints`` on when no data= is given (``trained_data`` of the first,
-    an ensemble's members share the vocabulary); a ValueError naming the data configs otherwise."""
+def checkpoint_data(checkpoint: Path) -> str | None:
+    """The data config a checkpoint was trained on: recorded in it (or recognised from its vocabulary,
+    ``trained_data``), else a zoo model's, by its file name; None when neither says."""
     from captioning.checkpoints.load import read_weights_and_meta
-    from captioning.compose import CONFIG_DIR
+    from captioning.inference.captioner import zoo_data
     from captioning.inference.trained_on import trained_data
 
+    _, meta = read_weights_and_meta(checkpoint)
+    return trained_data(meta) or zoo_data(checkpoint)
+
+
+def infer_data(checkpoints: Sequence[Path]) -> str:
+    """The data config to score ``checkpoints`` on when no data= is given (``checkpoint_data`` of the
+    first, an ensemble's members share the vocabulary); a ValueError naming the data configs otherwise."""
+    from captioning.compose import CONFIG_DIR
+
     available = sorted(p.stem for p in (Path(CONFIG_DIR) / "data").glob("*.yaml"))
-    _, meta = read_weights_and_meta(checkpoints[0])
-    name = trained_data(meta)
+    name = checkpoint_data(checkpoints[0])
     if name is None:
-        words = len((meta.get("vocab") or {}).get("itos") or [])
         raise ValueError(
-            f"{checkpoints[0]}: no data= given and the checkpoint does not record its data (its {words}-word "
-            f"vocabulary is not the synthetic scenes'); name the data it was trained on, one of "
-            f"{', '.join(f'data={n}' for n in available)}"
+            f"{checkpoints[0]}: no data= given and the checkpoint does not record its data; name the data "
+            f"it was trained on, one of {', '.join(f'data={n}' for n in available)}"
         )
     if name not in available:
         raise ValueError(

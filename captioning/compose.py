@@ -22,6 +22,9 @@ def compose_config(config_name: str, overrides: list[str]) -> tuple[DictConfig, 
     from captioning.config_yaml import check_yaml_files, searchpath_overrides
     from captioning.errors import ConfigError
 
+    unreadable = unreadable_override(overrides)
+    if unreadable:
+        raise ConfigError(unreadable)
     check_yaml_files(searchpath_overrides(overrides))  # a user's config folder: bounded YAML, no tags
     refused = None
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -44,6 +47,41 @@ def compose_config(config_name: str, overrides: list[str]) -> tuple[DictConfig, 
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, choices
+
+
+def unreadable_override(overrides: list[str]) -> str | None:
+    """The first override Hydra's grammar cannot read (``paths.flickr8k=~/f8k``, ``...=/data/f8k(1)``), as one
+    line saying how to write it; None when all parse. Hydra's own report names no fix."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except HydraException as err:  # the grammar's errors (OverrideParseException is one)
+            why = str(err).split("\n")[0].split(" See https://")[0]
+            return (
+                f"{override}: Hydra's override grammar cannot read it ({why}); {_how_to_write(override, why)}"
+            )
+    return None
+
+
+def _how_to_write(override: str, why: str) -> str:
+    """The fix for an override the grammar refused: quoting, where the value is what it cannot read."""
+    import re
+
+    key, equals, value = override.partition("=")
+    grammar = "see https://hydra.cc/docs/advanced/override_grammar/basic"
+    if not equals or not re.fullmatch(r"[+~]{0,2}[\w.@/-]+", key) or "function" in why.lower():
+        return (
+            grammar  # the key itself, or a sweep function (range, choice ...) misspelt: not a quoting matter
+        )
+    if value == "~" or value.startswith("~/"):  # the shell expands ~ after = only in its own variables
+        return f"write the home folder as $HOME, which the shell expands: {key}=$HOME{value[1:]}"
+    if any(c in value for c in ",'\""):  # a sweep's values, or quotes inside: each value quoted on its own
+        return f"quote each value for Hydra inside the shell's quotes ({grammar})"
+    return f"quote it for Hydra inside the shell's quotes: '{key}=\"{value}\"'"
 
 
 def unknown_key_message(

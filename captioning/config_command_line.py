@@ -31,13 +31,18 @@ def _sweep_jobs(overrides: list[str]) -> list[list[str]]:
 
 
 def command_line_problem(
-    argv: list[str], config_dir: str, config_name: str, check_job: Any = None
+    argv: list[str],
+    config_dir: str,
+    config_name: str,
+    check_job: Any = None,
+    program: str = "captioning-train",
 ) -> str | None:
     """A Hydra entry point's command line (``captioning-train --config-dir mine -m seed=0,1 ...``) checked
     as Hydra will compose it, before Hydra runs anything (its launcher and ``hydra.callbacks`` included):
     one line for user YAML beyond the bounds or a target not allowed, else None. A sweep's every job is
     composed and checked too, also by ``check_job(cfg)`` (the entry point's own config check), so that one
-    invalid job is named before any job starts (a job failing at start-up would stop the whole sweep)."""
+    invalid job is named before any job starts (a job failing at start-up would stop the whole sweep).
+    ``program`` names the entry point in the hint that lists the keys (``captioning-train --cfg job``)."""
     import os
 
     from hydra._internal.hydra import Hydra
@@ -52,6 +57,11 @@ def command_line_problem(
         args = get_args_parser().parse_args(argv)
     except SystemExit:  # a flag Hydra refuses: its own message, when it parses the line again
         return None
+    from captioning.compose import unreadable_override
+
+    unreadable = unreadable_override(args.overrides)
+    if unreadable:
+        return unreadable
     folders = [Path(args.config_dir)] if args.config_dir else []
     try:
         check_yaml_files([*folders, *searchpath_overrides(args.overrides)])
@@ -76,7 +86,7 @@ def command_line_problem(
             return hydra.compose_config(name, job, run_mode=RunMode.RUN, with_log_configuration=False)
 
         def nearest_key(err: Exception, job: list[str]) -> str | None:  # in the user's configs too
-            return _nearest_key(name, err, job, compose_job, f"`...{flags} --cfg job`")
+            return _nearest_key(name, err, job, compose_job, f"`{program}{flags} --cfg job`")
 
         try:
             cfg = hydra.compose_config(

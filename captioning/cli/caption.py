@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.decoding.config import check_option
     from captioning.inference.captioner import Captioner
 
-    err = lambda message: print(f"error: {message}", file=sys.stderr)  # noqa: E731
+    err = lambda message: print(f"captioning caption: error: {message}", file=sys.stderr)  # noqa: E731
     if args.seed is not None and not 0 <= args.seed < 2**63:
         err(f"--seed {args.seed}: expected an integer in [0, 2**63)")
         return 2
@@ -277,7 +277,7 @@ def _report(
             written = overlay
         except (OSError, ValueError) as e:
             print(
-                f"error: {overlay}: cannot write the overlay: {getattr(e, 'strerror', None) or e}",
+                f"captioning caption: error: {overlay}: cannot write the overlay: {getattr(e, 'strerror', None) or e}",
                 file=sys.stderr,
             )
             failures["overlays"] += 1

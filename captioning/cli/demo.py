@@ -110,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         import gradio  # noqa: F401
     except ImportError:
-        print("error: the demo needs Gradio: pip install 'captioning[demo]'", file=sys.stderr)
+        print(
+            "captioning demo: error: the demo needs Gradio: pip install 'captioning[demo]'", file=sys.stderr
+        )
         return 2
     from captioning.checkpoints.load import CheckpointError
     from captioning.inference.captioner import Captioner
@@ -133,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         captioner = Captioner.from_checkpoint(checkpoint, device=args.device)
     except (CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"captioning demo: error: {err}", file=sys.stderr)
         return 2
     warning = exposure_warning(args.host)
     if warning:

@@ -4,9 +4,10 @@ Decodes a split with a trained checkpoint, writes the COCO results file and a sc
 BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (0-1 scale) with the decoding settings, SPICE
 when it can run (else why not), NLTK BLEU as a cross-check and, on synthetic scenes, attention grounding.
 Overrides compose captioning/conf/eval.yaml (its data group is captioning/conf/data/*, as in training).
-Without data=, the data is the checkpoint's: the one its provenance records, or synthetic scenes for a
-vocabulary of synthetic-scene words; any other checkpoint is refused until data= names its data
-(never scored on scenes it was not trained on). ``rerank=consensus``
+Without data=, the data is the checkpoint's: the one its provenance records, a zoo model's as the zoo
+lists it, or synthetic scenes for a vocabulary of synthetic-scene words; any other checkpoint is refused
+until data= names its data (never scored on scenes it was not trained on). A synthetic-scene model scored
+on photos (or a photo model on scenes) gets a note. ``rerank=consensus``
 keeps, among each checkpoint's beams and samples, the caption a CIDEr-D vote prefers (captioning/conf/rerank/
 consensus.yaml; the memory of nearest images is built from the data's training split). Decoding options are
 ``caption``'s flags (``--num-beams 5 --length-penalty 0.5``) or the same Hydra overrides (``decoding.num_beams=5``).
@@ -71,17 +72,23 @@ def check_args(args: argparse.Namespace) -> str | None:
 def default_out_dir(checkpoints: list[Path], data: str, cfg: DictConfig, evaluation: Evaluation) -> Path:
     """Under outputs/ (never beside the checkpoint, which may be read-only or shared); an ensemble's
     folder joins its members' stems with '+'. The name ends with 8 hex digits of what the results depend
-    on (the checkpoints' resolved paths; the data config as composed, its folders and ``num_images``
-    included; the split and tokenizer; every decoding and reranking setting; the seed): two runs'
-    last.ckpt, one checkpoint at two length penalties, or one split of two copies of a dataset never
-    share a folder, while the same evaluation again writes where it wrote before."""
+    on (the checkpoints' resolved paths; the evaluated split's source as composed, its folder and
+    ``num_images`` included; the split and tokenizer; every decoding and reranking setting; the seed): two
+    runs' last.ckpt, one checkpoint at two length penalties, or one split of two copies of a dataset never
+    share a folder, while the same evaluation again (whatever its workers or batch size) writes where it
+    wrote before."""
     from omegaconf import OmegaConf
 
     from captioning.checkpoints.ensemble import members_stem
 
+    node = cfg.data.get(cfg.split)
+    try:  # the evaluated split's source as it resolves (its folder, num_images), not the other splits'
+        source = OmegaConf.to_container(node, resolve=True) if node is not None else None
+    except Exception:  # noqa: BLE001 - an interpolation of this split that does not resolve: as written
+        source = OmegaConf.to_container(node, resolve=False)
     what = {
         "checkpoints": [str(Path(c).resolve()) for c in checkpoints],
-        "data": OmegaConf.to_container(cfg.data, resolve=True),
+        "data": {"source": source, "on_bad_image": cfg.data.get("on_bad_image")},
         "split": cfg.split,
         "tokenizer": cfg.get("tokenizer"),
         "decoding": evaluation.decoding,
@@ -109,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_evaluation(evaluation, out_dir / "results.json"))
     for line in evaluation.decoded.skipped:  # unreadable images were left out of the scores
         print(f"captioning evaluate: skipped {line}", file=sys.stderr)
+    for line in evaluation.notes:  # e.g. a synthetic-scene model scored on photos
+        print(f"captioning evaluate: note: {line}", file=sys.stderr)
     try:  # atomic writes (captioning/writes.py); the default folder is checked here, --out-dir up front
         results_path, scores_path = write_evaluation(evaluation, out_dir, args.checkpoint)
     except (OSError, ValueError) as err:  # the writer names the file and why (ValueError: OutputError of

@@ -58,15 +58,7 @@ from captioning.inference.results import (  # noqa: F401 - what the API returns,
     ImageInputError,
     display_caption,
 )
-from captioning.inference.trained_on import trained_data
-
-
-def synthetic_note(path: object) -> str:
-    """What a synthetic-scene model's caption of a photo is worth, in one line naming the checkpoint."""
-    return (
-        f"{path}: trained on synthetic scenes (coloured shapes on a plain background, data=synthetic): its "
-        "captions of photos name shapes and colours, not what the photo shows"
-    )
+from captioning.inference.trained_on import synthetic_note, trained_data
 
 
 def is_synthetic_scene(picture: Image.Image) -> bool:

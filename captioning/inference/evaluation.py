@@ -39,7 +39,12 @@ from captioning.inference.split_decoding import (  # noqa: F401 - evaluate's par
     model_inputs,
     source_batches,
 )
-from captioning.inference.trained_on import synthetic_words, trained_data  # noqa: F401
+from captioning.inference.trained_on import (  # noqa: F401
+    scene_vocabulary,
+    synthetic_note,
+    synthetic_words,
+    trained_data,
+)
 from captioning.metrics.coco import EvalReport, evaluate_results
 from captioning.metrics.names import SCENE_METRICS
 from captioning.metrics.report import format_report, format_scene_metrics
@@ -61,6 +66,9 @@ class Evaluation:
     params: dict[str, int] = field(default_factory=dict)  # {"total", "trainable"} of the network
     rerank: dict[str, Any] | None = None  # the consensus reranking's settings, if captions were reranked
     seed: int = 0  # of the sampler (do_sample): the same seed, the same captions
+    notes: list[str] = field(
+        default_factory=list
+    )  # what the scores cannot mean (a synthetic model on photos)
 
     @property
     def grounding(self) -> dict[str, Any] | None:
@@ -85,6 +93,7 @@ class Evaluation:
             **(self.scenes or {}),
             "skipped_images": self.decoded.skipped,
             "params": self.params,
+            "notes": self.notes,
         }
 
 
@@ -92,7 +101,8 @@ def build_source(data_cfg: DictConfig, split: str) -> CaptionSource:
     """Instantiate only the source of ``split`` from a data config; a split the data set does not have is
     an error saying which exist (never another split under its name)."""
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        dev = "; a dev split (Flickr8k's name) is split=val" if split.lower() == "dev" else ""
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}{dev}")
     node = data_cfg.get(split)
     if node is None:
         have = [s for s in SPLITS if data_cfg.get(s) is not None]
@@ -173,13 +183,16 @@ def evaluate_checkpoint(
     }
     report = evaluate_results(decoded.results(), references, metrics=metrics, tokenizer=tokenizer)
     scenes = scene_results(decoded, source) if isinstance(source, SyntheticSource) else None
+    notes = []  # what the scores cannot mean
+    if scenes is None and scene_vocabulary(loaded.vocab.itos):  # a scene model's words scored on photos
+        notes.append(f"{synthetic_note(members_label(paths))}; scored on {data_name or 'other data'}")
     params = {
         "total": sum(p.numel() for p in loaded.net.parameters()),
         "trainable": sum(p.numel() for p in loaded.net.parameters() if p.requires_grad),
     }
     return Evaluation(
         members_label(paths), data_name, decoding, report, decoded, scenes, params,
-        rerank.to_dict() if rerank is not None else None, seed,
+        rerank.to_dict() if rerank is not None else None, seed, notes,
     )  # fmt: skip
 
 

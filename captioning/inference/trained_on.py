@@ -44,3 +44,17 @@ def trained_data(meta: dict[str, Any], strict: bool = False) -> str | None:
     if words and (hits == len(words) if strict else hits * 2 > len(words)):
         return "synthetic"
     return None
+
+
+def synthetic_note(path: object) -> str:
+    """What a synthetic-scene model's caption of a photo is worth, in one line naming the checkpoint."""
+    return (
+        f"{path}: trained on synthetic scenes (coloured shapes on a plain background, data=synthetic): its "
+        "captions of photos name shapes and colours, not what the photo shows"
+    )
+
+
+def scene_vocabulary(itos: list[str]) -> bool:
+    """Whether a vocabulary holds nothing but synthetic-scene words (a scene model, whatever its data
+    config was called)."""
+    return trained_data({"vocab": {"itos": list(itos)}}, strict=True) == "synthetic"

@@ -72,9 +72,12 @@ def generate_jpegs(folder: Path, n: int, size: tuple[int, int] = PHOTO_SIZE, see
 
 def flickr8k_photos(n: int, root: str | Path | None = None) -> list[Path]:
     """The first ``n`` photos of Flickr8k (``root``, ``$FLICKR8K_ROOT`` or ``data/flickr8k`` in the clone); [] if absent."""
+    from captioning.data.readers import FLICKR8K_IMAGE_DIR, flickr8k_file
+
     for candidate in (root, os.environ.get("FLICKR8K_ROOT"), REPO / "data" / "flickr8k"):
-        if candidate and (Path(candidate) / "Flicker8k_Dataset").is_dir():
-            return sorted((Path(candidate) / "Flicker8k_Dataset").glob("*.jpg"))[:n]
+        images = flickr8k_file(candidate, FLICKR8K_IMAGE_DIR) if candidate else None
+        if images is not None and images.is_dir():  # in whichever layout the copy was unpacked
+            return sorted(images.glob("*.jpg"))[:n]
     return []
 
 

@@ -187,7 +187,9 @@ def test_caption_cli_captions_every_good_file_and_reports_every_bad_one(bad, tmp
     err_lines = err.strip().splitlines()
     for name in BAD_IMAGE_NAMES:
         path, fragment = bad[name]
-        assert any(line.startswith(f"error: {path}: ") and fragment in line for line in err_lines), name
+        assert any(
+            line.startswith(f"captioning caption: error: {path}: ") and fragment in line for line in err_lines
+        ), name
     assert err_lines[-1] == f"{len(BAD_IMAGE_NAMES)} of {len(mixed)} images could not be read"
 
 

@@ -145,12 +145,18 @@ def test_the_default_out_dir_is_one_per_checkpoint_and_setting(tmp_path) -> None
     from captioning.cli.evaluate import default_out_dir
 
     def folder(
-        run: str, seed: int = 0, root: str = "/data/f8k", images: int | None = None, **decoding
+        run: str,
+        seed: int = 0,
+        root: str = "/data/f8k",
+        images: int | None = None,
+        workers: int = 2,
+        **decoding,
     ) -> str:
         evaluation = SimpleNamespace(decoding={"num_beams": 3, **decoding}, rerank=None, seed=seed)
         cfg = OmegaConf.create(
             {"paths": {"flickr8k": root}, "split": "test", "tokenizer": "ptb",
-             "data": {"root": "${paths.flickr8k}", "test": {"num_images": images}}}
+             "data": {"test": {"root": "${paths.flickr8k}", "num_images": images}, "num_workers": workers,
+                      "train": {"root": "${oc.env:NO_SUCH_VARIABLE_SET}"}}}  # another split's: never resolved
         )  # fmt: skip
         return str(default_out_dir([tmp_path / run / "last.ckpt"], "flickr8k", cfg, evaluation))
 
@@ -161,7 +167,7 @@ def test_the_default_out_dir_is_one_per_checkpoint_and_setting(tmp_path) -> None
         folder("runA", root="/data/f8k_full"), folder("runA", images=4),
     ]  # fmt: skip
     assert len(set(others)) == len(others) and a not in others
-    assert folder("runA") == a
+    assert folder("runA") == a == folder("runA", workers=0)  # how it runs is not what it measures
 
 
 def test_evaluate_on_device_auto_runs_where_auto_resolves(good_checkpoint, tmp_path, capsys) -> None:

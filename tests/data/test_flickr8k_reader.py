@@ -15,12 +15,9 @@ from captioning.data.sources import MissingSplit, RecordSource, flickr8k_split
 
 from support.tiny_datasets import append as _append
 from support.tiny_datasets import flickr8k_copy as _flickr
+from support.tiny_datasets import warnings_logged as _warnings
 
 FLICKR8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "flickr8k"
-
-
-def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
 
 
 def test_read_flickr8k_exact_records_in_split_file_order(tmp_path: Path) -> None:
@@ -89,7 +86,6 @@ def test_flickr8k_split_test_is_an_error_naming_the_lists_found_or_the_real_test
 ) -> None:
     """split=test never scores the dev images under another name (the evaluate trap)."""
     from captioning.compose import compose_config
-    from captioning.data.sources import RecordSource, flickr8k_split
     from captioning.inference.evaluation import build_source
 
     root = _flickr(tmp_path)
@@ -111,8 +107,8 @@ TEXT_FILES = ("Flickr8k.token.txt", "Flickr_8k.trainImages.txt", "Flickr_8k.devI
 @pytest.mark.parametrize(
     ("text", "images"),
     [("Flickr8k_text", "Flicker8k_Dataset"), (".", "Flickr8k_Dataset/Flicker8k_Dataset"),
-     ("Flickr8k_text", "Flickr8k_Dataset/Flicker8k_Dataset")],
-    ids=["text folder", "images in the zip's folder", "both zips in their folders"],
+     ("Flickr8k_text", "Flickr8k_Dataset/Flicker8k_Dataset"), (".", "Flickr8k_Dataset")],
+    ids=["text folder", "images in the zip's folder", "both zips in their folders", "images renamed"],
 )  # fmt: skip
 def test_the_layouts_copies_are_unpacked_in_read_the_same_records(tmp_path: Path, text, images) -> None:
     """A copy with the text files in Flickr8k_text/ (or the images in Flickr8k_Dataset/Flicker8k_Dataset/,
@@ -150,3 +146,15 @@ def test_a_root_given_with_a_tilde_is_read_for_every_split(tmp_path: Path, monke
     for split, ids in (("val", ["333_c"]), ("test", ["333_c"]), ("train", ["222_b", "111_a"])):
         source = flickr8k_split("~/flickr8k", split)
         assert isinstance(source, RecordSource) and [source.image_id(i) for i in range(len(source))] == ids
+
+
+def test_where_both_arrangements_exist_the_files_beside_the_images_are_read(tmp_path: Path) -> None:
+    """A copy with a split list both at its root and in Flickr8k_text/ (one unpacked over the other) reads
+    the root's, the original layout; and says which file it read when that one is wrong."""
+    root = _flickr(tmp_path)
+    (root / "Flickr8k_text").mkdir()
+    (root / "Flickr8k_text" / "Flickr_8k.trainImages.txt").write_text("333_c.jpg\n", encoding="utf-8")
+    assert [r.image_id for r in read_flickr8k(root, "train")] == ["222_b", "111_a"]
+    _append(root / "Flickr_8k.trainImages.txt", "444_d.jpg\n")
+    with pytest.raises(DatasetError, match=rf"{root / 'Flickr_8k.trainImages.txt'} line 3 \(444_d.jpg\)"):
+        read_flickr8k(root, "train")

@@ -20,6 +20,7 @@ from captioning.data.readers import (
 from support.tiny_datasets import append as _append
 from support.tiny_datasets import flickr8k_copy as _flickr
 from support.tiny_datasets import jpeg as _jpeg
+from support.tiny_datasets import warnings_logged as _warnings
 
 FLICKR8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "flickr8k"
 
@@ -27,10 +28,6 @@ FLICKR8K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "fli
 def _write_json(path: Path, data: object) -> Path:
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
-
-
-def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "captioning.data.records"]
 
 
 # ---------------------------------------------------------------- COCO

@@ -153,7 +153,7 @@ def test_a_broken_network_fails_the_same_way_on_every_path(
     out, err = capsys.readouterr()
     assert out == ""
     for path in paths:  # every image of every broken batch named, with the same reason
-        assert f"error: {path}: {from_api.value.reason}" in err.splitlines()
+        assert f"captioning caption: error: {path}: {from_api.value.reason}" in err.splitlines()
 
 
 def test_the_decoder_groups_each_images_n_best_and_names_its_batch(checkpoint):

@@ -15,6 +15,8 @@ from captioning.inference.captioner import Captioner
 from captioning.inference.evaluation import SplitCaptions, evaluate_checkpoint, synthetic_grounding
 from captioning.metrics.coco import load_results, score_captions
 
+from support.hostile import assert_one_line
+
 TOOLKIT = ("Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "METEOR", "ROUGE_L", "CIDEr")
 
 
@@ -158,6 +160,8 @@ def test_evaluate_cli_reports_errors_with_exit_status_2(tiny_checkpoint, tmp_pat
     assert "not a readable checkpoint" in capsys.readouterr().err
     assert main(["evaluate", "--checkpoint", tiny_checkpoint, "split=bogus"]) == 2
     assert "split must be one of" in capsys.readouterr().err
+    assert main(["evaluate", "--checkpoint", tiny_checkpoint, "split=dev"]) == 2  # Flickr8k's own name
+    assert "got 'dev'; a dev split (Flickr8k's name) is split=val" in capsys.readouterr().err
     assert main(["evaluate", "--checkpoint", tiny_checkpoint, "data=nonexistent"]) == 2
     assert "nonexistent" in capsys.readouterr().err
 
@@ -222,13 +226,52 @@ def test_with_the_feature_cache_one_unreadable_file_is_skipped_and_reported_too(
 def test_evaluate_without_data_refuses_a_photo_model_instead_of_scoring_synthetic_scenes(tmp_path, capsys):
     from support.corpus import write_checkpoint
 
-    zoo = Path(__file__).resolve().parents[2] / "docs" / "models" / "flickr8k_soft_scst.safetensors"
     photo_words = ["dog", "runs", "through", "grass", "man", "rides", "bike", "a"]
-    for checkpoint in (zoo, write_checkpoint(tmp_path / "photos.ckpt", words=photo_words)):
-        assert main(["evaluate", "--checkpoint", str(checkpoint), "--out-dir", str(tmp_path / "ev")]) == 2
-        err = capsys.readouterr().err
-        assert f"{checkpoint}: no data= given" in err and "data=flickr8k" in err and "data=synthetic" in err
-        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "ev").exists()
+    checkpoint = write_checkpoint(tmp_path / "photos.ckpt", words=photo_words)
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--out-dir", str(tmp_path / "ev")]) == 2
+    err = capsys.readouterr().err
+    assert f"{checkpoint}: no data= given" in err and "data=flickr8k" in err and "data=synthetic" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "ev").exists()
+
+
+def test_evaluate_without_data_scores_a_zoo_model_on_the_data_the_zoo_lists(tmp_path, capsys):
+    """A zoo model records no data in its file, but the zoo says what it was trained on (``captioning
+    models`` lists it): evaluate without data= used to refuse it; it now reads that data (here a missing
+    Flickr8k copy, named with the key to set)."""
+    zoo = Path(__file__).resolve().parents[2] / "docs" / "models" / "flickr8k_soft_scst.safetensors"
+    missing = tmp_path / "no_flickr8k"
+    assert (
+        main(["evaluate", "--checkpoint", str(zoo), f"paths.flickr8k={missing}", "--out-dir", str(tmp_path)])
+        == 2
+    )
+    assert_one_line(capsys.readouterr().err, f"{missing}: not found", "paths.flickr8k=PATH")
+
+
+def test_a_synthetic_scene_model_scored_on_photos_gets_a_note(tmp_path, capsys):
+    """evaluate --checkpoint synthetic-soft data=flickr8k scored photos with "a big yellow square ..."
+    without a word; the scores now come with a note on stderr and in scores.json."""
+    from support.corpus import write_checkpoint
+    from support.tiny_datasets import flickr8k_copy
+
+    scene_words = ["a", "big", "red", "circle", "square", "in", "the", "top", "left"]  # nothing but these
+    checkpoint = write_checkpoint(tmp_path / "scenes.ckpt", words=scene_words)
+    argv = ["evaluate", "--checkpoint", str(checkpoint), "data=flickr8k", f"paths.flickr8k={flickr8k_copy(tmp_path)}",
+            "split=val", "tokenizer=simple", "feature_cache=false", "--out-dir", str(tmp_path / "ev")]  # fmt: skip
+    assert main(argv) == 0
+    note = f"{checkpoint}: trained on synthetic scenes"
+    assert f"captioning evaluate: note: {note}" in capsys.readouterr().err
+    [line] = json.loads((tmp_path / "ev" / "scores.json").read_text())["notes"]
+    assert line.startswith(note) and line.endswith("scored on flickr8k/val")
+    argv = [
+        *argv[:3],
+        "data=synthetic",
+        "data.test.num_images=2",
+        "tokenizer=simple",
+        "--out-dir",
+        str(tmp_path / "e2"),
+    ]
+    assert main(argv) == 0
+    assert "note:" not in capsys.readouterr().err  # on its own data: nothing to say
 
 
 def test_evaluate_without_data_uses_the_data_the_checkpoint_records(tmp_path, capsys):

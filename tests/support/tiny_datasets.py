@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 
@@ -36,3 +38,8 @@ def flickr8k_copy(tmp_path: Path) -> Path:
     (root / "Flickr_8k.trainImages.txt").write_text("222_b.jpg\n111_a.jpg\n", encoding="utf-8")
     (root / "Flickr_8k.devImages.txt").write_text("333_c.jpg\n", encoding="utf-8")
     return root
+
+
+def warnings_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The WARNING records' messages: a reader's skip report."""
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
