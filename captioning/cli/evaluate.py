@@ -7,7 +7,7 @@ Overrides compose captioning/conf/eval.yaml (its data group is captioning/conf/d
 Without data=, the data is the checkpoint's: the one its provenance records, a zoo model's as the zoo
 lists it, or synthetic scenes for a vocabulary of synthetic-scene words; any other checkpoint is refused
 until data= names its data (never scored on scenes it was not trained on). A synthetic-scene model scored
-on photos (or a photo model on scenes) gets a note. ``rerank=consensus``
+on photos gets a note. ``rerank=consensus``
 keeps, among each checkpoint's beams and samples, the caption a CIDEr-D vote prefers (captioning/conf/rerank/
 consensus.yaml; the memory of nearest images is built from the data's training split). Decoding options are
 ``caption``'s flags (``--num-beams 5 --length-penalty 0.5``) or the same Hydra overrides (``decoding.num_beams=5``).
