@@ -73,10 +73,9 @@ def _how_to_write(override: str, why: str) -> str:
 
     key, equals, value = override.partition("=")
     grammar = "see https://hydra.cc/docs/advanced/override_grammar/basic"
+    # the key itself, or a sweep function (range, choice ...) misspelt: not a quoting matter
     if not equals or not re.fullmatch(r"[+~]{0,2}[\w.@/-]+", key) or "function" in why.lower():
-        return (
-            grammar  # the key itself, or a sweep function (range, choice ...) misspelt: not a quoting matter
-        )
+        return grammar
     if value == "~" or value.startswith("~/"):  # the shell expands ~ after = only in its own variables
         return f"write the home folder as $HOME, which the shell expands: {key}=$HOME{value[1:]}"
     if any(c in value for c in ",'\""):  # a sweep's values, or quotes inside: each value quoted on its own

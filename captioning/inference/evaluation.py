@@ -66,9 +66,8 @@ class Evaluation:
     params: dict[str, int] = field(default_factory=dict)  # {"total", "trainable"} of the network
     rerank: dict[str, Any] | None = None  # the consensus reranking's settings, if captions were reranked
     seed: int = 0  # of the sampler (do_sample): the same seed, the same captions
-    notes: list[str] = field(
-        default_factory=list
-    )  # what the scores cannot mean (a synthetic model on photos)
+    # what the scores cannot mean (a synthetic-scene model scored on photos)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def grounding(self) -> dict[str, Any] | None:
