@@ -30,6 +30,12 @@ def _printable(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
+def _say(kind: str | None, message: str) -> None:
+    """One stderr line named by the command, as every other subcommand's: ``captioning caption: note: ...``
+    (``kind`` None: a summary line). Stdout holds only captions, one record per image."""
+    print(f"captioning caption: {kind + ': ' if kind else ''}{message}", file=sys.stderr, flush=True)
+
+
 def nbest_lines(result) -> list[str]:
     """The n-best list (or the samples) under an image's line, best first: a tab, then ``k. caption
     (score S)``, so a line starting with a tab is never an image's; none for a single caption."""
@@ -130,10 +136,10 @@ def expand_inputs(items: list[str]) -> list[Path]:
                     other.append(entry.name)
             if found and other:
                 shown = ", ".join(_printable(n) for n in other[:5]) + (", ..." if len(other) > 5 else "")
-                print(
-                    f"note: {_printable(str(path))}: left out {len(other)} entries without an image suffix "
+                _say(
+                    "note",
+                    f"{_printable(str(path))}: left out {len(other)} entries without an image suffix "
                     f"({shown}); images are read by suffix: {', '.join(sorted(IMAGE_SUFFIXES))}",
-                    file=sys.stderr,
                 )
             out += found or [path]
         elif GLOB_CHARS & set(item) and not path.exists():  # a folder it matches: its images, as given
@@ -175,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.decoding.config import check_option
     from captioning.inference.captioner import Captioner
 
-    err = lambda message: print(f"captioning caption: error: {message}", file=sys.stderr)  # noqa: E731
+    err = lambda message: _say("error", message)  # noqa: E731
     if args.seed is not None and not 0 <= args.seed < 2**63:
         err(f"--seed {args.seed}: expected an integer in [0, 2**63)")
         return 2
@@ -242,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     for batch in batches:
         if batch.note:
-            print(f"note: {batch.note}", file=sys.stderr)
+            _say("note", batch.note)
         for _, name, reason in batch.failures:
             err(f"{_printable(name)}: {reason}")
         failures["images"] += len(batch.failures)
@@ -256,9 +262,9 @@ def run(args: argparse.Namespace) -> int:
             _report(result, picture, overlays[fed[k]] if overlays else None, args.json, failures, nbest)
         del batch
     if failures["overlays"]:
-        print(f"{failures['overlays']} overlays could not be written", file=sys.stderr)
+        _say(None, f"{failures['overlays']} overlays could not be written")
     if failures["images"]:
-        print(f"{failures['images']} of {len(paths) + len(empty)} images could not be read", file=sys.stderr)
+        _say(None, f"{failures['images']} of {len(paths) + len(empty)} images could not be read")
     if failures["images"] == len(paths) + len(empty):
         return 2  # nothing could be captioned
     return 1 if any(failures.values()) else 0
@@ -276,10 +282,7 @@ def _report(
             result.overlay(picture, overlay)
             written = overlay
         except (OSError, ValueError) as e:
-            print(
-                f"captioning caption: error: {overlay}: cannot write the overlay: {getattr(e, 'strerror', None) or e}",
-                file=sys.stderr,
-            )
+            _say("error", f"{overlay}: cannot write the overlay: {getattr(e, 'strerror', None) or e}")
             failures["overlays"] += 1
     if as_json:
         record = result.to_json()
@@ -292,4 +295,4 @@ def _report(
         for line in nbest_lines(result) if nbest else []:  # asked for: shown, not only in --json
             print(line, flush=True)
     if result.domain_notice is not None:  # stdout keeps one record per image; --json has it too
-        print(f"note: {_printable(result.image)}: {result.domain_notice}", file=sys.stderr, flush=True)
+        _say("note", f"{_printable(result.image)}: {result.domain_notice}")

@@ -95,7 +95,7 @@ def test_files_a_folder_leaves_out_for_their_suffix_are_named(good_checkpoint, p
     out, err = capsys.readouterr()
     assert len(out.splitlines()) == 1 and str(folder / "photo.png") in out  # the image is captioned
     line = assert_one_line(err, str(folder), "left out 2 entries", "notes.txt", "raw.cr2")
-    assert line.startswith("note:")
+    assert line.startswith("captioning caption: note: ")
 
 
 def test_an_empty_image_argument_is_refused_not_read_as_the_current_folder(
@@ -190,7 +190,10 @@ def test_caption_cli_captions_every_good_file_and_reports_every_bad_one(bad, tmp
         assert any(
             line.startswith(f"captioning caption: error: {path}: ") and fragment in line for line in err_lines
         ), name
-    assert err_lines[-1] == f"{len(BAD_IMAGE_NAMES)} of {len(mixed)} images could not be read"
+    assert (
+        err_lines[-1]
+        == f"captioning caption: {len(BAD_IMAGE_NAMES)} of {len(mixed)} images could not be read"
+    )
 
 
 def test_caption_cli_refuses_beam_zero(tmp_path: Path, capsys, good_checkpoint) -> None:

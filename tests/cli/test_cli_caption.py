@@ -194,7 +194,7 @@ def test_caption_notes_once_that_a_synthetic_model_captions_photos(tmp_path, sce
     assert main(["caption", *map(str, photos), "--checkpoint", str(synthetic)]) == 0
     out, err = capsys.readouterr()
     assert len(out.strip().splitlines()) == 2
-    assert err.count("trained on synthetic scenes") == 1 and err.startswith("note: ")
+    assert err.count("trained on synthetic scenes") == 1 and err.startswith("captioning caption: note: ")
 
 
 # ------------------------------------------------------------------ file arguments checked before torch

@@ -111,7 +111,7 @@ def test_every_bad_image_is_named_while_the_good_ones_are_captioned(
         assert any(str(path) in line and fragment in line for line in lines), path
     assert any(str(fifo) in line and "not a regular file" in line for line in lines)
     assert any("/dev/zero" in line and "not a regular file" in line for line in lines)
-    assert lines[-1] == f"{len(bad) + 2} of {len(args)} images could not be read"
+    assert lines[-1] == f"captioning caption: {len(bad) + 2} of {len(args)} images could not be read"
     assert "Traceback" not in err
 
 

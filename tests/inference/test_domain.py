@@ -85,7 +85,7 @@ def test_the_cli_prints_the_notice_on_stderr_and_in_json(capsys):
     assert main(["caption", str(EXAMPLE), "--checkpoint", "flickr8k-soft-scst"]) == 0
     out, err = capsys.readouterr()
     assert out.count("\n") == 1 and out.startswith(f"{EXAMPLE}\t")
-    assert err.startswith(f"note: {EXAMPLE}: looks like: tripod (0.")
+    assert err.startswith(f"captioning caption: note: {EXAMPLE}: looks like: tripod (0.")
     assert err.rstrip().endswith("Flickr8k models know people, dogs and outdoor scenes")
     assert main(["caption", str(EXAMPLE), "--checkpoint", "flickr8k-soft-scst", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)

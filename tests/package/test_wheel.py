@@ -236,4 +236,4 @@ def test_models_install_gives_a_wheel_its_zoo(installed, tmp_path) -> None:
     photo = REPO / "examples" / "cameraman.png"
     done = _run([b / "captioning", "caption", photo, "--checkpoint", "flickr8k-soft-scst"], cwd, env)
     assert done.stdout.startswith(f"{photo}\ta man")
-    assert done.stderr.startswith(f"note: {photo}: looks like: tripod (0.")
+    assert done.stderr.startswith(f"captioning caption: note: {photo}: looks like: tripod (0.")
