@@ -14,11 +14,15 @@ data, the seed, the starting weights) are compared with the finished run's; how 
 time limits, logging, callbacks, paths) may change between the two. A key the finished run's record lacks
 is an option added since, left as it was then. A difference is refused in one line naming the overrides
 and keys, and the folder's ``.hydra/`` files are written back as they were (``run.json`` keeps them word
-for word). A run.json from before the record is checked by its checkpoint's network config.
+for word; :func:`earlier_run_kept` does so for every refused start). A run.json from before the record is
+checked by its checkpoint's network config.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +109,9 @@ def finished_run_differences(
     return differences
 
 
-def restore_hydra_files(output_dir: str | Path, summary: dict) -> list[str]:
-    """Write the finished run's ``.hydra/`` files back as its record has them (Hydra, or
+def restore_hydra_files(output_dir: str | Path, record: Any) -> list[str]:
+    """Write the folder's ``.hydra/`` files back as a run's job ``record`` has them (Hydra, or
     ``captioning.train``, rewrote them with this job's before it started); the names written."""
-    record = summary.get("job")
     files = record.get("hydra_files") if isinstance(record, dict) else None
     folder = Path(output_dir) / ".hydra"
     if not isinstance(files, dict) or not folder.is_dir():
@@ -119,6 +122,30 @@ def restore_hydra_files(output_dir: str | Path, summary: dict) -> list[str]:
             write_text_atomically(folder / name, text)
             written.append(name)
     return written
+
+
+@contextlib.contextmanager
+def earlier_run_kept(output_dir: str | Path) -> Iterator[None]:
+    """A start refused in a folder that holds an earlier run (a fresh run over its checkpoints, a resume that
+    does not fit it, ``ckpt_path=auto`` finding another config's run) leaves the folder's ``.hydra/`` files
+    as that run had them: Hydra wrote this command's there before the run started, so the folder described
+    a model its checkpoints are not, and lost the overrides the refusal asks to give again. The earlier
+    files come from the record in its ``run.json`` (written at every validation); the refusal says so."""
+    from captioning.errors import is_user_error
+    from captioning.training.resume import read_summary
+
+    record = read_summary(output_dir).get("job")
+    try:
+        yield
+    except Exception as err:
+        restored = restore_hydra_files(output_dir, record) if is_user_error(err) else []
+        if restored:
+            said = f"the folder's .hydra/ files were written back from its run.json ({', '.join(restored)})"
+            if len(err.args) == 1 and isinstance(err.args[0], str):  # the refusal's one line says it
+                err.args = (f"{err.args[0]}; {said}",)
+            else:
+                print(f"{output_dir}: {said}", file=sys.stderr)
+        raise
 
 
 def attach(callbacks: list, record: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from captioning.config_safety import check_targets
 from captioning.data.vocab import SPECIALS, Vocab
 from captioning.errors import ConfigError, one_line
 from captioning.training.build import build_model
-from captioning.training.job_record import finished_run_differences, restore_hydra_files
+from captioning.training.job_record import finished_run_differences
 from captioning.training.requeue import resume_requeued
 from captioning.training.resume import (
     AUTO,
@@ -102,22 +102,16 @@ def check_finished_run_is_this_job(
 ) -> None:
     """``ckpt_path=auto`` found a finished run in this job's folder: it stands for this job only if it was
     trained with this job's model, data, seed and starting weights (captioning/training/job_record.py).
-    Otherwise one line naming the overrides and keys that differ, and the folder's ``.hydra/`` files written
-    back as they were (Hydra had put this job's there)."""
+    Otherwise one line naming the overrides and keys that differ (``train()`` then writes the folder's
+    ``.hydra/`` files back as they were: ``job_record.earlier_run_kept``)."""
     differences = finished_run_differences(cfg, job, summary, checkpoint)
     if not differences:
         return
-    restored = restore_hydra_files(cfg.output_dir, summary)
     shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
     raise ResumeError(
         f"ckpt_path=auto: {cfg.output_dir} holds a finished run of another config ({shown}), so its "
         f"checkpoint is not this job's; re-run the original command (a sweep's values in their original "
         f"order), or give this job a folder of its own (hydra.run.dir / hydra.sweep.dir)"
-        + (
-            f"; the folder's .hydra/ files were written back from its run.json ({', '.join(restored)})"
-            if restored
-            else ""
-        )
     )
 
 

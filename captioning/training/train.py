@@ -36,17 +36,19 @@ from captioning.training.validate import check_config  # noqa: E402
 def train(cfg: DictConfig) -> str:
     """Train ``cfg`` (a composed captioning/conf/train.yaml); returns the best checkpoint's path."""
     job = job_record.job_record(cfg, cfg.output_dir)  # run.json keeps it: ckpt_path=auto's check
-    start = startup.check_before_data(cfg, job)  # config mistakes fail here in seconds, before the data
-    if start.finished:  # ckpt_path=auto in the folder of a finished run: nothing to train
-        return start.finished
-    pl.seed_everything(cfg.seed, workers=True)
+    # A start refused in a folder of an earlier run leaves that run's .hydra/ files as they were.
+    with job_record.earlier_run_kept(cfg.output_dir):
+        start = startup.check_before_data(cfg, job)  # config mistakes fail here in seconds, before the data
+        if start.finished:  # ckpt_path=auto in the folder of a finished run: nothing to train
+            return start.finished
+        pl.seed_everything(cfg.seed, workers=True)
 
-    # Data first: the vocabulary fixes the decoder's output size.
-    datamodule = instantiate(cfg.data)
-    vocab = startup.read_vocabulary(cfg, datamodule)
+        # Data first: the vocabulary fixes the decoder's output size.
+        datamodule = instantiate(cfg.data)
+        vocab = startup.read_vocabulary(cfg, datamodule)
 
-    model = build_model(cfg.model, vocab)  # the network config travels with the checkpoint (as YAML)
-    startup.check_resume(cfg, start.ckpt_path, vocab, model)
+        model = build_model(cfg.model, vocab)  # the network config travels with the checkpoint (as YAML)
+        startup.check_resume(cfg, start.ckpt_path, vocab, model)
 
     callbacks = instantiate_dict(cfg.get("callbacks"))
     job_record.attach(callbacks, job)

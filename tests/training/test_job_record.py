@@ -1,6 +1,7 @@
 """ckpt_path=auto and a finished run (captioning/training/job_record.py): the run stands for the job only if it
 was trained with the job's config; another config's run is refused in one line naming the keys, and the
-folder's .hydra/ files, which Hydra rewrote with the new job's, are written back from run.json."""
+folder's .hydra/ files, which Hydra rewrote with the new job's, are written back from run.json, as after
+every refused start in an earlier run's folder."""
 
 from __future__ import annotations
 
@@ -101,3 +102,35 @@ def test_in_a_hydra_job_the_overrides_that_differ_come_first(finished, monkeypat
         "overrides ['model.decoder.hidden_dim=16'] -> ['model.decoder.hidden_dim=24']",
         "model.decoder.hidden_dim: 16 -> 24",
     ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refusal"),
+    [
+        (["ckpt_path=null"], "already holds checkpoints"),  # a fresh run over the earlier run's checkpoints
+        (["ckpt_path=last", "model.decoder.hidden_dim=24"], "network config differs"),  # after the data
+    ],
+    ids=["fresh-run", "resume-of-another-network"],
+)
+def test_every_refused_start_writes_the_earlier_runs_hydra_files_back(finished, tmp_path, overrides, refusal):
+    folder = _copy(finished, tmp_path)
+    hydra = folder / ".hydra"
+    (hydra / "config.yaml").write_text("what Hydra wrote for the refused command\n")
+    with pytest.raises(ResumeError) as err:
+        train(compose_train([*RUN[:-1], "trainer.max_steps=8", *overrides], folder))
+    message = str(err.value)
+    assert refusal in message and "\n" not in message
+    assert message.endswith(
+        "the folder's .hydra/ files were written back from its run.json (config.yaml, overrides.yaml)"
+    )
+    assert (hydra / "config.yaml").read_text() == "the finished run's config.yaml\n"
+
+
+def test_a_failed_start_in_a_new_folder_writes_nothing_back(tmp_path):
+    hydra = tmp_path / ".hydra"
+    hydra.mkdir()
+    (hydra / "config.yaml").write_text("this command's config\n")
+    with pytest.raises(ResumeError) as err:
+        train(compose_train([*TINY, "ckpt_path=last"], tmp_path))  # nothing to resume: no run.json either
+    assert "written back" not in str(err.value)
+    assert (hydra / "config.yaml").read_text() == "this command's config\n"
