@@ -88,7 +88,7 @@ def train(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> T
 
     if any(o.lstrip("+~").startswith("output_dir=") for o in overrides):
         raise ConfigError("train: output_dir is the run folder: give run_dir= instead")
-    cfg, _ = _compose("train", overrides)
+    cfg, choices = _compose("train", overrides)
     with open_dict(cfg):  # what Hydra's run sets (${hydra:runtime.output_dir}); no override quoting needed
         cfg.output_dir = str(run.resolve())
 
@@ -97,7 +97,7 @@ def train(overrides: Sequence[str] = (), run_dir: str | Path | None = None) -> T
     OmegaConf.save(cfg, record / "config.yaml")
     (record / "overrides.yaml").write_text(OmegaConf.to_yaml(overrides), encoding="utf-8")
     try:
-        best = run_training(cfg)
+        best = run_training(cfg, data=choices.get("data"))
     except UserError:
         raise  # already one line, and of the kind (a bad checkpoint, data file, config value ...)
     except Exception as err:

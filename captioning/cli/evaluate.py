@@ -1,11 +1,12 @@
 """``captioning evaluate --checkpoint CKPT [--checkpoint CKPT ...] [--out-dir DIR] [--num-beams 5] [data=flickr8k] [split=test] [rerank=consensus] ...``
 
 Decodes a split with a trained checkpoint, writes the COCO results file and a scores JSON, and prints
-BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (0-1 scale) with the decoding settings, SPICE
+BLEU-1..4, METEOR, ROUGE-L and CIDEr-D from pycocoevalcap (the toolkit's scale: 0-1, CIDEr-D 0-10) with the decoding settings, SPICE
 when it can run (else why not), NLTK BLEU as a cross-check and, on synthetic scenes, attention grounding.
 Overrides compose captioning/conf/eval.yaml (its data group is captioning/conf/data/*, as in training).
-Without data=, the data is the checkpoint's: the one its provenance records, a zoo model's as the zoo
-lists it, or synthetic scenes for a vocabulary of synthetic-scene words; any other checkpoint is refused
+Without data=, the data is the checkpoint's: the data config its provenance records (every training
+checkpoint and its export records it), a zoo model's as the zoo lists it, or synthetic scenes for an older
+checkpoint whose every word is a synthetic-scene word; any other checkpoint is refused
 until data= names its data (never scored on scenes it was not trained on). A synthetic-scene model scored
 on photos gets a note. ``rerank=consensus``
 keeps, among each checkpoint's beams and samples, the caption a CIDEr-D vote prefers (captioning/conf/rerank/

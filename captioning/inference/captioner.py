@@ -110,7 +110,7 @@ class Captioner:
         self.decoder = BatchDecoder.of(loaded, bf16)  # the one batch decoder, shared with evaluate and tune
         # "synthetic" (recorded, or a vocabulary of synthetic-scene words only), a recorded data name, or None
         meta = {"vocab": {"itos": self.vocab.itos}, "provenance": self.provenance}
-        self.trained_on = trained_data(meta, strict=True)
+        self.trained_on = trained_data(meta)
         self._noted_synthetic = False
         self.domain = domain_for(self.trained_on or zoo_data(self.path))  # None: no domain notices
         self._domain_check: DomainCheck | None = None

@@ -23,11 +23,11 @@ def synthetic_words() -> frozenset[str]:
     return frozenset(words)
 
 
-def trained_data(meta: dict[str, Any], strict: bool = False) -> str | None:
+def trained_data(meta: dict[str, Any]) -> str | None:
     """The data config (``captioning/conf/data/<name>.yaml``) a checkpoint's plain-data entry says it was
-    trained on: its provenance's ``data`` where recorded; else ``"synthetic"`` for a vocabulary of which more
-    than half the words are synthetic-scene words (a photo corpus's has thousands of others), with
-    ``strict`` only for one of nothing but synthetic-scene words; else None."""
+    trained on: its provenance's ``data`` (every training checkpoint records it; an export keeps it); else
+    ``"synthetic"`` for a vocabulary of nothing but synthetic-scene words (a checkpoint from before the
+    record; a model of the user's own data that only shares some of those words is not one); else None."""
     provenance = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else {}
     recorded = provenance.get("data")
     if isinstance(recorded, dict):  # a recorded config group choice or config with its name
@@ -40,10 +40,7 @@ def trained_data(meta: dict[str, Any], strict: bool = False) -> str | None:
         return None
     words = [w for w in itos if isinstance(w, str) and not (w.startswith("<") and w.endswith(">"))]
     known = synthetic_words()
-    hits = sum(w in known for w in words)
-    if words and (hits == len(words) if strict else hits * 2 > len(words)):
-        return "synthetic"
-    return None
+    return "synthetic" if words and all(w in known for w in words) else None
 
 
 def synthetic_note(path: object) -> str:
@@ -57,4 +54,4 @@ def synthetic_note(path: object) -> str:
 def scene_vocabulary(itos: list[str]) -> bool:
     """Whether a vocabulary holds nothing but synthetic-scene words (a scene model, whatever its data
     config was called)."""
-    return trained_data({"vocab": {"itos": list(itos)}}, strict=True) == "synthetic"
+    return trained_data({"vocab": {"itos": list(itos)}}) == "synthetic"

@@ -14,7 +14,7 @@ def format_report(report: EvalReport, results: Path, references: Path) -> str:
     """The human-readable table printed by ``captioning score``."""
     lines = [
         f"{results} vs {references}: {report.num_images} images, tokenizer={report.tokenizer}",
-        "metric      score (0-1 scale)",
+        "metric      score (the toolkit's scale: 0-1, CIDEr-D 0-10; papers print x100)",
     ]
     lines += [f"{name:<10}  {value:.4f}" for name, value in report.scores.items()]
     if report.skipped:

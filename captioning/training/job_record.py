@@ -55,6 +55,17 @@ def job_record(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[st
     }
 
 
+def data_choice() -> str | None:
+    """The data config this Hydra job composed (``data=flickr8k``, or an experiment's choice); None outside
+    a Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    choice = HydraConfig.get().runtime.choices.get("data")
+    return str(choice) if choice else None
+
+
 def _hydra_overrides() -> list[str] | None:
     from hydra.core.hydra_config import HydraConfig
 

@@ -71,6 +71,9 @@ class CaptionLitModule(pl.LightningModule):
                 f"vocabulary has {len(self.vocab)} words but the decoder was built for {net.decoder.vocab_size}"
             )
         self.net_config = net_config
+        # The data config it trains on (Hydra's choice of the data group), set by train() and recorded in every
+        # checkpoint: ``captioning evaluate`` without data= scores that data, never a guess from the words.
+        self.trained_on: str | None = None
         self._scoring_group = None  # the process group rank 0's validation scores are sent through (DDP)
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.val_metrics = tuple(val_metrics)
@@ -368,5 +371,6 @@ class CaptionLitModule(pl.LightningModule):
                 "epoch": self.current_epoch,
                 "global_step": self.global_step,
                 "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                **({"data": self.trained_on} if self.trained_on else {}),
             },
         }

@@ -33,8 +33,9 @@ from captioning.training.startup import instantiate, instantiate_dict  # noqa: E
 from captioning.training.validate import check_config  # noqa: E402
 
 
-def train(cfg: DictConfig) -> str:
-    """Train ``cfg`` (a composed captioning/conf/train.yaml); returns the best checkpoint's path."""
+def train(cfg: DictConfig, data: str | None = None) -> str:
+    """Train ``cfg`` (a composed captioning/conf/train.yaml); returns the best checkpoint's path. ``data``:
+    the name of its data config, recorded in the checkpoints (default: the Hydra job's choice)."""
     job = job_record.job_record(cfg, cfg.output_dir)  # run.json keeps it: ckpt_path=auto's check
     # A start refused in a folder of an earlier run leaves that run's .hydra/ files as they were.
     with job_record.earlier_run_kept(cfg.output_dir):
@@ -48,6 +49,7 @@ def train(cfg: DictConfig) -> str:
         vocab = startup.read_vocabulary(cfg, datamodule)
 
         model = build_model(cfg.model, vocab)  # the network config travels with the checkpoint (as YAML)
+        model.trained_on = data or job_record.data_choice()  # what evaluate scores without data=
         startup.check_resume(cfg, start.ckpt_path, vocab, model)
 
     callbacks = instantiate_dict(cfg.get("callbacks"))

@@ -25,6 +25,9 @@ def test_train_returns_the_run_folder_its_best_checkpoint_and_metrics(tmp_path):
     summary = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run.metrics == summary["best"]["metrics"] and "val/CIDEr" in run.metrics
     assert summary["checkpoint"] == str(run.best_checkpoint)
+    from captioning.checkpoints.load import load_checkpoint
+
+    assert load_checkpoint(run.best_checkpoint).provenance["data"] == "synthetic"  # what evaluate reads
     # what captioning-train records in the run folder, where scripts/compare.py reads it
     assert (tmp_path / "run" / ".hydra" / "overrides.yaml").read_text().split() == [
         token for o in TINY for token in ("-", o)

@@ -79,6 +79,18 @@ def test_own_captions_train_in_one_command_and_caption(tmp_path, capsys):
     assert {"red", "green", "blue", "dog", "cat", "ball", "grass", "the"} <= set(vocab)  # min_word_count 2
     assert len(vocab) == 4 + 11  # the specials + every word of the train captions (each seen >= 2 times)
 
+    # the checkpoint records its data: evaluate without data= scores the own captions, never synthetic scenes
+    # (its words are colours and things, as a scene model's are)
+    assert load_checkpoint(best).provenance["data"] == "captions_json"
+    paths = [f"paths.train_json={train_json}", f"paths.val_json={val_json}", f"paths.images={images}"]
+    out_dir = tmp_path / "eval"
+    assert (
+        main(["evaluate", "--checkpoint", best, *paths, "split=val", "--out-dir", str(out_dir), "--quiet"])
+        == 0
+    )
+    assert len(json.loads((out_dir / "results.json").read_text())) == 6  # the 6 val images of the own data
+    capsys.readouterr()
+
     image = images / "im25.jpg"
     assert main(["caption", "--checkpoint", best, str(image)]) == 0  # `captioning caption`, in-process
     out = capsys.readouterr().out
