@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         err(problem)
         return 2
-    failures = {"images": len(empty), "overlays": 0}
+    failures = {"images": len(empty), "uncaptioned": 0, "overlays": 0}
     fed: list[int] = []  # the position in paths of each path given to the captioner
 
     def files():  # a folder that expand_inputs found no image in is named here; the rest are read by the API
@@ -252,10 +252,12 @@ def run(args: argparse.Namespace) -> int:
         for _, name, reason in batch.failures:
             err(f"{_printable(name)}: {reason}")
         failures["images"] += len(batch.failures)
-        if batch.broken is not None:  # broken weights: NaN scores or nothing but empty captions
+        if (
+            batch.broken is not None
+        ):  # broken weights (NaN scores), or nothing but empty captions: read, uncaptioned
             for name in batch.names:
                 err(f"{_printable(name)}: {batch.broken.reason}")
-            failures["images"] += len(batch.names)
+            failures["uncaptioned"] += len(batch.names)
             continue
         pictures = batch.pictures or [None] * len(batch.results)
         for k, result, picture in zip(batch.indices, batch.results, pictures):
@@ -263,9 +265,12 @@ def run(args: argparse.Namespace) -> int:
         del batch
     if failures["overlays"]:
         _say(None, f"{failures['overlays']} overlays could not be written")
+    total = len(paths) + len(empty)
     if failures["images"]:
-        _say(None, f"{failures['images']} of {len(paths) + len(empty)} images could not be read")
-    if failures["images"] == len(paths) + len(empty):
+        _say(None, f"{failures['images']} of {total} images could not be read")
+    if failures["uncaptioned"]:
+        _say(None, f"{failures['uncaptioned']} of {total} images got no caption from the network (above)")
+    if failures["images"] + failures["uncaptioned"] == total:
         return 2  # nothing could be captioned
     return 1 if any(failures.values()) else 0
 

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     from captioning.checkpoints.defaults import write_decoding_defaults
     from captioning.checkpoints.ensemble import load_checkpoints, members_label, members_stem
     from captioning.compose import compose_config
-    from captioning.decoding.captions import BrokenOutput
+    from captioning.decoding.captions import BrokenOutput, EmptyCaptions
     from captioning.decoding.config import GenerationConfig, check_option
     from captioning.decoding.search import hard_attention_layers
     from captioning.errors import one_line, user_errors
@@ -176,15 +176,24 @@ def run(args: argparse.Namespace) -> int:
         decoding = base.replace(**options).to_dict()
         try:
             decoded = decode_source(loaded, source, decoding, cfg.batch_size, cache)
-        except BrokenOutput as err:  # NaN scores or only empty captions: nothing to rank or --write
+        except EmptyCaptions as err:  # this setting captions nothing (an undertrained model's beam at lp 0)
+            print(f"  {options}: left out: {err}", file=sys.stderr, flush=True)
+            continue
+        except BrokenOutput as err:  # NaN scores: broken weights, whatever the setting; nothing to --write
             print(f"captioning tune: error: {label}: {err}", file=sys.stderr)
             return 2
         rows.append(score_setting(options, dict(zip(decoded.indices, decoded.captions)), scorer))
         print(f"  {options}: CIDEr-D {100 * rows[-1].cider:.2f}", flush=True)
+    if not rows:
+        print(
+            f"captioning tune: error: {label}: no setting of the grid gave captions (above)", file=sys.stderr
+        )
+        return 2
     chosen = best(rows)
-    # the stored setting when it is in the grid (what the checkpoint decodes with today), else the first
+    # the stored setting when it was tuned (what the checkpoint decodes with today), else the first tuned
     stored_options = {k: getattr(stored, k) for k in settings[0]}
-    baseline = stored_options if stored_options in settings else settings[0]
+    tuned = [r.options for r in rows]
+    baseline = stored_options if stored_options in tuned else tuned[0]
     check = held_out(rows, baseline)
     print(_table(rows, chosen))
     for name, entry in check.items():

@@ -27,8 +27,9 @@ class Caption:
 
 NON_FINITE = "the network's scores are not finite (NaN/inf): the checkpoint's weights are broken"
 ALL_EMPTY = (
-    "every caption of the batch is empty (the network ends each one before its first word): the "
-    "checkpoint's weights are broken"
+    "every caption of the batch is empty (the network ends each one before its first word): its weights are "
+    "broken or untrained, or this decoding prefers the empty caption (a length penalty below 1 favours short "
+    "captions; try --num-beams 1 or --length-penalty 1)"
 )
 
 
@@ -49,7 +50,8 @@ class NonFiniteScores(BrokenOutput):
 
 
 class EmptyCaptions(BrokenOutput):
-    """A batch in which every caption is empty: weights (e.g. huge finite ones) that emit <end> at once."""
+    """A batch in which every caption is empty: weights (e.g. huge finite ones) that emit <end> at once, or an
+    undertrained network whose beam ranks ``<end>`` first when the length penalty does not favour length."""
 
     def __init__(self, name: str, checkpoint: object = None):
         super().__init__(name, ALL_EMPTY, checkpoint)

@@ -154,6 +154,12 @@ def test_a_broken_network_fails_the_same_way_on_every_path(
     assert out == ""
     for path in paths:  # every image of every broken batch named, with the same reason
         assert f"captioning caption: error: {path}: {from_api.value.reason}" in err.splitlines()
+    # the images were read: the count says what went wrong
+    assert (
+        err.splitlines()[-1]
+        == f"captioning caption: {len(paths)} of {len(paths)} images got no caption from the network (above)"
+    )
+    assert "could not be read" not in err
 
 
 def test_the_decoder_groups_each_images_n_best_and_names_its_batch(checkpoint):

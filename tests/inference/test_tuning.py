@@ -192,10 +192,41 @@ def test_tune_stops_in_one_line_when_every_caption_is_empty(tmp_path: Path, caps
     argv = ["tune", "--checkpoint", str(tmp_path / "ends.ckpt"), "--out", str(tmp_path / "t.json")]
     argv += ["data=synthetic", "data.val.num_images=4", "feature_cache=false", "--num-beams", "1"]
     assert main([*argv, "--length-penalty", "0", "--no-repeat-ngram-size", "0"]) == 2  # was a traceback
-    err = capsys.readouterr().err
-    assert err.startswith("captioning tune: error:") and err.count("\n") == 1
-    assert "every caption of the batch is empty" in err and "ends.ckpt" in err
+    left_out, error = capsys.readouterr().err.splitlines()
+    assert "every caption of the batch is empty" in left_out and "ends.ckpt" in left_out
+    assert (
+        error
+        == f"captioning tune: error: {tmp_path / 'ends.ckpt'}: no setting of the grid gave captions (above)"
+    )
     assert not (tmp_path / "t.json").exists()
+
+
+def test_a_setting_that_captions_nothing_is_left_out_and_the_others_are_tuned(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    # An undertrained model's beam can rank <end> first at length penalty 0 while greedy decoding captions:
+    # that setting is left out with its reason, not the whole grid stopped as if the weights were broken.
+    from captioning.decoding.captions import EmptyCaptions
+    from captioning.inference import split_decoding
+
+    real = split_decoding.decode_source
+
+    def beams_end_at_once(loaded, source, decoding, *args, **kwargs):
+        if decoding["num_beams"] == 2:
+            raise EmptyCaptions("im0.png and the 3 other images of its batch", "m.ckpt")
+        return real(loaded, source, decoding, *args, **kwargs)
+
+    monkeypatch.setattr(split_decoding, "decode_source", beams_end_at_once)
+    ckpt = write_checkpoint(tmp_path / "m.ckpt")
+    out = tmp_path / "tuning.json"
+    argv = ["tune", "--checkpoint", str(ckpt), "--num-beams", "2", "1", "--length-penalty", "0"]
+    argv += ["--no-repeat-ngram-size", "0", "--out", str(out), "--write", "data=synthetic"]
+    assert main([*argv, "data.val.num_images=8", "feature_cache=false"]) == 0
+    payload = json.loads(out.read_text())
+    assert [r["options"]["num_beams"] for r in payload["rows"]] == [1]
+    assert payload["best"]["options"]["num_beams"] == load_checkpoint(ckpt).decoding["num_beams"] == 1
+    (left_out,) = [line for line in capsys.readouterr().err.splitlines() if "left out" in line]
+    assert "'num_beams': 2" in left_out and "left out: im0.png and the 3 other images" in left_out
 
 
 def test_tune_cli_refuses_a_bad_grid_value_in_one_line(tmp_path: Path, capsys) -> None:
