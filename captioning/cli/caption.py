@@ -138,7 +138,7 @@ def expand_inputs(items: list[str]) -> list[Path]:
                 shown = ", ".join(_printable(n) for n in other[:5]) + (", ..." if len(other) > 5 else "")
                 _say(
                     "note",
-                    f"{_printable(str(path))}: left out {len(other)} entries without an image suffix "
+                    f"{_printable(str(path))}: left out {len(other)} {'entry' if len(other) == 1 else 'entries'} without an image suffix "
                     f"({shown}); images are read by suffix: {', '.join(sorted(IMAGE_SUFFIXES))}",
                 )
             out += found or [path]

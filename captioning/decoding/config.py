@@ -73,12 +73,12 @@ class GenerationConfig:
             check_option(name, value)
         if not (self.do_sample or self.num_return_sequences <= self.num_beams):
             raise ValueError(
-                f"decoding option num_return_sequences={self.num_return_sequences}: expected at most "
+                f"num_return_sequences={self.num_return_sequences}: expected at most "
                 f"num_beams={self.num_beams} without do_sample (the n best of the beams)"
             )
         if self.do_sample and self.num_beams > 1:
             raise ValueError(
-                f"decoding option num_beams={self.num_beams}: expected 1 with do_sample (beam-search "
+                f"num_beams={self.num_beams}: expected 1 with do_sample (beam-search "
                 "sampling is not offered; use num_return_sequences for n samples)"
             )
 

@@ -23,8 +23,40 @@ def find_metrics(run_dir: str | Path) -> Path:
         return run_dir
     found = sorted(run_dir.rglob("metrics.csv"), key=lambda p: p.stat().st_mtime)
     if not found:
-        raise FileNotFoundError(f"{run_dir}: no metrics.csv below it (was the run logged with logger=csv?)")
+        raise FileNotFoundError(
+            f"{run_dir}: no metrics.csv below it (nothing was logged: the CSV logger, logger=csv, writes a row "
+            "every trainer.log_every_n_steps steps and at each validation)"
+        )
     return found[-1]
+
+
+def run_series(metrics_csv: Path) -> dict[str, list[tuple[int, float]]]:
+    """The series of a whole run: a run resumed with ``ckpt_path=last`` logs into a new
+    ``csv/version_N/``, so the versions beside ``metrics_csv`` (up to it, oldest first) are joined, each
+    version's rows replacing an earlier one's from its first step on (steps logged after the checkpoint
+    it resumed from were trained again)."""
+    versions = [metrics_csv]
+    if metrics_csv.parent.name.startswith("version_"):
+
+        def number(p: Path) -> int:
+            tail = p.parent.name.removeprefix("version_")
+            return int(tail) if tail.isdigit() else -1
+
+        mine = number(metrics_csv)
+        versions = sorted(
+            (p for p in metrics_csv.parent.parent.glob("version_*/metrics.csv") if 0 <= number(p) <= mine),
+            key=number,
+        ) or [metrics_csv]
+    series: dict[str, list[tuple[int, float]]] = {}
+    for path in versions:
+        later = read_series(path)
+        steps = [step for points in later.values() for step, _ in points]
+        if steps:
+            first = min(steps)
+            series = {name: [(s, v) for s, v in points if s < first] for name, points in series.items()}
+        for name, points in later.items():
+            series.setdefault(name, []).extend(points)
+    return {name: points for name, points in series.items() if points}
 
 
 def read_series(metrics_csv: Path) -> dict[str, list[tuple[int, float]]]:
@@ -62,7 +94,7 @@ def plot_curves(run_dir: str | Path, out: str | Path | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     metrics_csv = find_metrics(run_dir)
-    series = read_series(metrics_csv)
+    series = run_series(metrics_csv)  # a resumed run's versions joined
     # Cross-entropy, not train/loss: the loss adds regularisers (eq. 14 is ~30 on a 7x7 grid) that would
     # flatten the curve that matters.
     losses = [k for k in ("train/xent", "val/xent") if k in series]

@@ -44,3 +44,24 @@ def test_a_run_draws_its_curves_and_prints_progress_lines(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 0 and curves.is_file()
     assert main(["plot", str(tmp_path / "nothing-here")]) == 2
     assert "no metrics.csv below it" in capsys.readouterr().err
+
+
+def test_a_resumed_runs_versions_are_joined_the_later_one_replacing_steps_trained_again(tmp_path):
+    from captioning.training.curves import run_series
+
+    def version(n: int, steps: range, val_steps: tuple[int, ...]) -> None:
+        folder = tmp_path / "csv" / f"version_{n}"
+        folder.mkdir(parents=True)
+        rows = ["epoch,step,train/xent,val/CIDEr"]
+        for step in steps:
+            rows.append(f"0,{step},{n + step / 100},")
+            if step in val_steps:
+                rows.append(f"0,{step},,{n + step / 10}")
+        (folder / "metrics.csv").write_text("\n".join(rows) + "\n")
+
+    version(0, range(10), (4, 9))  # killed after step 9; its last.ckpt was saved at step 6
+    version(1, range(7, 13), (12,))  # resumed: steps 7-9 trained again
+    series = run_series(tmp_path / "csv" / "version_1" / "metrics.csv")
+    assert series["train/xent"] == [(s, s / 100) for s in range(7)] + [(s, 1 + s / 100) for s in range(7, 13)]
+    assert series["val/CIDEr"] == [(4, 0.4), (12, 1 + 1.2)]  # step 9's validation was of the steps replaced
+    assert run_series(tmp_path / "csv" / "version_0" / "metrics.csv")["val/CIDEr"] == [(4, 0.4), (9, 0.9)]
