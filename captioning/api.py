@@ -188,6 +188,13 @@ def run_evaluation(
         bank_source=bank_source,
         seed=seed,
     )
+    asked = OmegaConf.select(cfg.data, f"{cfg.split}.num_images", default=None)
+    scored = evaluation.report.num_images
+    if isinstance(asked, int) and asked > scored:  # "the first 500" of a 40-image list: said, not silent
+        evaluation.notes.append(
+            f"data.{cfg.split}.num_images={asked}: the split has {scored} image{'s' * (scored != 1)}; "
+            f"{'all ' * (scored != 1)}{scored} {'were' if scored != 1 else 'was'} scored"
+        )
     return evaluation, cfg, choices["data"]
 
 

@@ -327,3 +327,20 @@ def test_synthetic_recognition_needs_every_word_a_scene_word():
     assert trained_data({"vocab": {"itos": [*specials, "a", "red", "circle"]}}) == "synthetic"
     # a model of the user's own shapes and colours: one word that no scene caption has, and it is not scenes
     assert trained_data({"vocab": {"itos": [*specials, "a", "red", "circle", "of"]}}) is None
+
+
+def test_asking_for_more_images_than_the_split_has_is_said(tmp_path, capsys):
+    """data.val.num_images=500 on a 1-image dev list scored the one image without a word."""
+    from support.corpus import write_checkpoint
+    from support.tiny_datasets import flickr8k_copy
+
+    checkpoint = write_checkpoint(tmp_path / "m.ckpt", words=["a", "dog", "man", "in", "the", "snow"])
+    argv = ["evaluate", "--checkpoint", str(checkpoint), "data=flickr8k", f"paths.flickr8k={flickr8k_copy(tmp_path)}",
+            "split=val", "tokenizer=simple", "feature_cache=false"]  # fmt: skip
+    out = ["--out-dir", str(tmp_path / "ev")]
+    assert main([*argv, "data.val.num_images=500", *out]) == 0
+    note = "data.val.num_images=500: the split has 1 image; 1 was scored"
+    assert f"captioning evaluate: note: {note}" in capsys.readouterr().err
+    assert json.loads((tmp_path / "ev" / "scores.json").read_text())["notes"] == [note]
+    assert main([*argv, "data.val.num_images=1", *out]) == 0  # as many as there are: nothing to say
+    assert "note:" not in capsys.readouterr().err
