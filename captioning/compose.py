@@ -91,8 +91,9 @@ def unknown_key_message(
     where: str | None = None,
 ) -> str | None:
     """For an override of a key the config lacks, one line with the closest existing key ("did you mean
-    trainer.max_epochs?") instead of Hydra's advice to add it with ``+`` (a key nothing would read); None
-    for another refusal.
+    trainer.max_epochs?") instead of Hydra's advice to add it with ``+`` (a key nothing would read); for a
+    misspelt group option (``model/decoder=sofft``), the closest option and the options; None for another
+    refusal.
 
     ``compose_job(overrides)`` composes the config as the command line does (a ``--config-dir`` of the
     user's own configs included); by default the package's ``config_name``. ``where`` says where to read
@@ -102,6 +103,15 @@ def unknown_key_message(
 
     from omegaconf import OmegaConf
 
+    option = re.search(
+        r"Could not find '([^']+)/([^'/]+)'\s+Available options in '([^']+)':\s*(.*)", str(err), re.S
+    )
+    if option and option.group(1) == option.group(3):  # a misspelt group option: model/decoder=sofft
+        group, name = option.group(1), option.group(2)
+        available = option.group(4).split("Config search path")[0].split()  # Hydra lists its path after
+        close = difflib.get_close_matches(name, available, 1, 0.6)
+        hint = f"; did you mean {group}={close[0]}?" if close else ""
+        return f"{group}={name}: no such option{hint} (options: {', '.join(available)})"
     match = re.search(r"Could not override '([^']+)'", str(err))
     if not match:
         return None

@@ -40,7 +40,7 @@ def test_train_returns_the_run_folder_its_best_checkpoint_and_metrics(tmp_path):
     [
         (["trainer.max_epoch=1"], ConfigError, "trainer.max_epoch: no such config key; did you mean trainer.max_epochs?"),
         (["debug=tiny", "trainer.max_epochs=-3"], ConfigError, "trainer.max_epochs=-3: expected an integer >= 1"),
-        (["model/decoder=nope"], ConfigError, "Could not find 'model/decoder/nope'"),
+        (["model/decoder=nope"], ConfigError, "model/decoder=nope: no such option (options: hard_gumbel"),
         (["bogus"], ConfigError, "train: 'bogus' is not an override; expected key=value"),
         (["hydra/launcher=local"], ConfigError, "hydra settings other than hydra.run.dir configure the command"),
         ("debug=tiny", TypeError, "expected a list of Hydra overrides"),

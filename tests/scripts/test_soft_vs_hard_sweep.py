@@ -229,7 +229,10 @@ def test_a_failing_step_stops_its_chain_only_and_a_held_pair_is_left_to_its_proc
         (["--xe", "hydra.sweep.dir=x"], "hydra.sweep.dir is set per pair by this script"),
         (["--scst", "init_from=a.ckpt"], "init_from is set per pair by this script"),
         (["--xe", "trainer"], "--xe 'trainer': expected KEY=VALUE (a Hydra override)"),
-        (["--experiments", "flickr8k_nope"], "experiment=flickr8k_nope: In 'train': Could not find"),
+        (
+            ["--experiments", "flickr8k_nope"],
+            "experiment=flickr8k_nope: no such option; did you mean experiment=flickr8k_",
+        ),
     ],
 )
 def test_bad_arguments_get_one_clear_line(tmp_path, capsys, argv, message):

@@ -58,7 +58,14 @@ def test_more_bad_training_configs_are_one_line(case, tmp_path, monkeypatch, cap
         ("foo=1", "foo: no such config key"),
         ("trainer.max_epoch=1", "trainer.max_epoch: no such config key; did you mean trainer.max_epochs?"),
         ("modle.decoder.alpha_c=1", "did you mean model.decoder.alpha_c?"),
-        ("model/decoder=bogus", "Could not find 'model/decoder/bogus'"),
+        (
+            "model/decoder=bogus",
+            "model/decoder=bogus: no such option (options: hard_gumbel, hard_reinforce, soft",
+        ),
+        (
+            "model/decoder=sofft",
+            "model/decoder=sofft: no such option; did you mean model/decoder=soft? (options:",
+        ),
     ],
 )
 def test_a_config_hydra_cannot_compose_is_one_line_and_exit_2(
