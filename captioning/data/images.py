@@ -50,7 +50,10 @@ def load_rgb(path: str | Path, max_pixels: int = MAX_PIXELS) -> Image.Image:
     """
     path = Path(path)
     if path.is_dir():
-        raise ImageError(f"{path}: is a folder, not an image file")
+        raise ImageError(
+            f"{path}: is a folder, not an image file (pass its images, e.g. sorted(Path({str(path)!r}).glob('*.jpg')); "
+            "`captioning caption FOLDER` reads a folder)"
+        )
     if not path.exists():
         if path.is_symlink():
             raise ImageError(f"{path}: a symbolic link to nothing (dangling, or a loop of links)")

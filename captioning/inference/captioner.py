@@ -176,7 +176,7 @@ class Captioner:
         the captions of all the good ones."""
         results: list[CaptionResult] = []
         try:
-            for result in self.iter_captions(images, on_error=on_error, **kwargs):
+            for result in self._captions(images, on_error, kwargs):
                 results.append(result)
         except ImageInputError as err:
             err.results = results
@@ -190,12 +190,19 @@ class Captioner:
         ``on_error``: what an unreadable input does once every good one is yielded: "raise" one
         :class:`ImageInputError` naming them all, or "skip" them with a warning each. A batch the network
         captions nothing for raises its :class:`BrokenOutput`."""
+        yield from self._captions(images, on_error, kwargs)
+
+    def _captions(
+        self, images: ImageInput | Iterable[ImageInput], on_error: str, kwargs: dict[str, Any]
+    ) -> Iterator[CaptionResult]:
+        """The one loop of :meth:`caption` and :meth:`iter_captions`: called by either from the user's
+        code, so its warnings point there (stacklevel 3: this generator, its caller, the user's line)."""
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
         failures: list[tuple[int, str, str]] = []
         for batch in self.iter_batches(images, **kwargs):
             if batch.note:
-                warnings.warn(batch.note, stacklevel=2)
+                warnings.warn(batch.note, stacklevel=3)
             failures += batch.failures
             if batch.broken is not None:
                 raise batch.broken
@@ -203,7 +210,7 @@ class Captioner:
         if failures and on_error == "raise":
             raise ImageInputError(failures)
         for _, name, reason in failures:
-            warnings.warn(f"{name}: skipped: {reason}", stacklevel=2)
+            warnings.warn(f"{name}: skipped: {reason}", stacklevel=3)
 
     def iter_batches(
         self,

@@ -246,9 +246,13 @@ def test_bad_inputs_cost_the_good_ones_nothing_and_are_all_named(ckpt, scene_png
     assert [i for i, _, _ in err.failures] == [1, 3]
     assert f"{missing}: no such image file" in str(err) and "<input 3>" in str(err)
     assert len(err.results) == 3 and {r.image for r in err.results} == {str(scene_png)}
-    with pytest.warns(UserWarning, match=f"{missing}: skipped: no such image file"):
+    with pytest.warns(UserWarning, match=f"{missing}: skipped: no such image file") as warned:
         kept = model.caption(images, on_error="skip")
     assert [r.caption for r in kept] == [r.caption for r in err.results]
+    with pytest.warns(UserWarning) as streamed:
+        assert len(list(model.iter_captions(images, on_error="skip"))) == 3
+    for record in (*warned, *streamed):  # the caller's line, not the library's
+        assert record.filename == __file__, record.filename
     with pytest.raises(ValueError, match="on_error='ignore': expected 'raise' or 'skip'"):
         model.caption(scene_png, on_error="ignore")
 
