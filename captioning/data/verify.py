@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -80,6 +81,11 @@ def check_images(
     return {i: cache[k] for i, k in enumerate(keys) if cache[k]}
 
 
+def _enough(bad: int, total: int) -> str:
+    """The smallest two-decimal fraction that allows ``bad`` of ``total`` (a small set: 1 of 24 is 0.05)."""
+    return f"{math.ceil(100 * bad / total) / 100:g}"
+
+
 def apply_policy(name: str, bad: dict[int, str], total: int, policy: str, max_bad_fraction: float,
                  listing: str | Path | None = None) -> None:  # fmt: skip
     """Raise per the policy, or write the skipped files to ``listing``; ``name`` is the split's name."""
@@ -95,7 +101,8 @@ def apply_policy(name: str, bad: dict[int, str], total: int, policy: str, max_ba
     if len(bad) > max_bad_fraction * total:
         raise DatasetError(
             f"{name} split: {len(bad)} of {total} images are unreadable, more than data.max_bad_fraction="
-            f"{max_bad_fraction} allows; the first: {first}"
+            f"{max_bad_fraction} allows (data.max_bad_fraction={_enough(len(bad), total)} would skip them); "
+            f"the first: {first}"
         )
     if listing is not None:
         problem = folder_problem(Path(listing).parent)
