@@ -146,6 +146,23 @@ def infer_data(checkpoints: Sequence[Path]) -> str:
     return name
 
 
+def fewer_than_asked(cfg, available: int) -> str | None:
+    """The note for ``data.<split>.num_images`` above the split's size ("the first 500" of a 40-image list:
+    said, not silent); None otherwise."""
+    from omegaconf import OmegaConf
+
+    try:
+        asked = OmegaConf.select(cfg.data, f"{cfg.split}.num_images", default=None)
+    except Exception:  # noqa: BLE001 - a data config without that node: nothing asked
+        return None
+    if not isinstance(asked, int) or isinstance(asked, bool) or asked <= available:
+        return None
+    return (
+        f"data.{cfg.split}.num_images={asked}: the split has {available} image{'s' * (available != 1)}; "
+        f"{'all ' * (available != 1)}{available} {'were' if available != 1 else 'was'} decoded"
+    )
+
+
 def run_evaluation(
     checkpoints: Sequence[Path], overrides: Sequence[str], out_dir: Path | None = None, seed: int = 0
 ):
@@ -173,6 +190,7 @@ def run_evaluation(
     # a bad device= is one line naming it, before any work; "auto" becomes the device it means
     device = str(resolve_device(cfg.device))
     source = build_source(cfg.data, cfg.split)
+    short = fewer_than_asked(cfg, len(source))
     rerank = hydra.utils.instantiate(cfg.rerank) if cfg.get("rerank") is not None else None
     bank_source = build_source(cfg.data, "train") if rerank is not None else None  # whose captions vote
     evaluation = evaluate_checkpoint(
@@ -188,13 +206,8 @@ def run_evaluation(
         bank_source=bank_source,
         seed=seed,
     )
-    asked = OmegaConf.select(cfg.data, f"{cfg.split}.num_images", default=None)
-    scored = evaluation.report.num_images
-    if isinstance(asked, int) and asked > scored:  # "the first 500" of a 40-image list: said, not silent
-        evaluation.notes.append(
-            f"data.{cfg.split}.num_images={asked}: the split has {scored} image{'s' * (scored != 1)}; "
-            f"{'all ' * (scored != 1)}{scored} {'were' if scored != 1 else 'was'} scored"
-        )
+    if short is not None:
+        evaluation.notes.append(short)
     return evaluation, cfg, choices["data"]
 
 
@@ -207,7 +220,7 @@ def evaluate(
     """Score a checkpoint (a path or a zoo name; a list of them: their ensemble) as ``captioning evaluate``
     does, with its Hydra overrides (``data=flickr8k``, ``split=test``, ``decoding.num_beams=5`` ...).
     Returns the :class:`captioning.inference.evaluation.Evaluation` (``.report.scores``: the coco-caption
-    metrics, 0-1 scale; ``.decoded``: the captions); with ``out_dir``, results.json and scores.json are
+    metrics on the toolkit's scale, 0-1 and CIDEr-D 0-10; ``.decoded``: the captions); with ``out_dir``, results.json and scores.json are
     also written there."""
     from captioning.inference.evaluation import write_evaluation
     from captioning.zoo import checkpoint_path

@@ -52,10 +52,15 @@ def one_line(err: BaseException) -> str:
     return f"{key}: {message}" if key and key not in message else message
 
 
-def is_user_error(err: BaseException) -> bool:
-    """True for a user error, also when Hydra wrapped it while instantiating a ``_target_``."""
+def reported(err: BaseException) -> BaseException:
+    """The error :func:`one_line` reports: ``err``, or the cause of a Hydra instantiation error."""
     from hydra.errors import InstantiationException
 
     while isinstance(err, InstantiationException) and err.__cause__ is not None:
         err = err.__cause__
-    return isinstance(err, user_errors())
+    return err
+
+
+def is_user_error(err: BaseException) -> bool:
+    """True for a user error, also when Hydra wrapped it while instantiating a ``_target_``."""
+    return isinstance(reported(err), user_errors())

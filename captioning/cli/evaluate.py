@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "evaluate",
-        help="decode a data split with a checkpoint and score it (coco-caption metrics, 0-1 scale)",
+        help="decode a data split with a checkpoint and score it (coco-caption metrics: 0-1, CIDEr-D 0-10)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -19,10 +19,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """Register the ``score`` sub-command."""
     parser = subparsers.add_parser(
         "score",
-        help="BLEU/METEOR/ROUGE-L/CIDEr/SPICE of a COCO results file (0-1 scale)",
+        help="BLEU/METEOR/ROUGE-L/CIDEr/SPICE of a COCO results file (0-1; CIDEr-D 0-10)",
         description="Score [{image_id, caption}] results against COCO caption annotations with the "
         "official toolkit (pycocoevalcap). Only the images in the results file are scored, as in the "
-        "official demo. Scores are on the 0-1 scale.",
+        "official demo. Scores are on the toolkit's scale: 0-1, CIDEr-D 0-10.",
     )
     parser.add_argument("results", type=Path, help="results JSON: [{image_id, caption}, ...]")
     parser.add_argument(

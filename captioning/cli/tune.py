@@ -171,13 +171,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"captioning tune: error: {label}: {one_line(err)}", file=sys.stderr)
         return 2
     scorer = SplitScorer(source)
-    rows = []
+    rows, left_out = [], []
     for options in progress.track(settings, "tuning", unit="setting"):
         decoding = base.replace(**options).to_dict()
         try:
             decoded = decode_source(loaded, source, decoding, cfg.batch_size, cache)
         except EmptyCaptions as err:  # this setting captions nothing (an undertrained model's beam at lp 0)
             print(f"  {options}: left out: {err}", file=sys.stderr, flush=True)
+            left_out.append({"options": options, "reason": str(err)})
             continue
         except BrokenOutput as err:  # NaN scores: broken weights, whatever the setting; nothing to --write
             print(f"captioning tune: error: {label}: {err}", file=sys.stderr)
@@ -194,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
     stored_options = {k: getattr(stored, k) for k in settings[0]}
     tuned = [r.options for r in rows]
     baseline = stored_options if stored_options in tuned else tuned[0]
+    if stored_options in settings and stored_options not in tuned:  # the held-out gains are against another
+        print(f"the stored setting {stored_options} was left out: held-out gains are against {baseline}")
     check = held_out(rows, baseline)
     print(_table(rows, chosen))
     for name, entry in check.items():
@@ -207,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         "best": chosen.to_dict(),
         "held_out": check,
         "baseline": baseline,
+        "left_out": left_out,  # settings that captioned nothing, with why
     }
     try:
         out.write_text(json.dumps(payload, indent=2) + "\n")

@@ -82,8 +82,12 @@ def check_images(
 
 
 def _enough(bad: int, total: int) -> str:
-    """The smallest two-decimal fraction that allows ``bad`` of ``total`` (a small set: 1 of 24 is 0.05)."""
-    return f"{math.ceil(100 * bad / total) / 100:g}"
+    """The smallest two-decimal fraction that allows ``bad`` of ``total`` (a small set: 1 of 24 is 0.05), as
+    :func:`apply_policy` compares it (``0.29 * 100`` is 28.999..., so 0.29 would not allow 29 of 100)."""
+    hundredths = math.ceil(100 * bad / total)
+    while bad > hundredths / 100 * total:
+        hundredths += 1
+    return f"{hundredths / 100:g}"
 
 
 def apply_policy(name: str, bad: dict[int, str], total: int, policy: str, max_bad_fraction: float,

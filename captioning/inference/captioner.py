@@ -58,7 +58,7 @@ from captioning.inference.results import (  # noqa: F401 - what the API returns,
     ImageInputError,
     display_caption,
 )
-from captioning.inference.trained_on import synthetic_note, trained_data
+from captioning.inference.trained_on import scene_vocabulary, synthetic_note, trained_data
 
 
 def is_synthetic_scene(picture: Image.Image) -> bool:
@@ -111,6 +111,8 @@ class Captioner:
         # "synthetic" (recorded, or a vocabulary of synthetic-scene words only), a recorded data name, or None
         meta = {"vocab": {"itos": self.vocab.itos}, "provenance": self.provenance}
         self.trained_on = trained_data(meta)
+        # a scene model whatever its data config is called (data=my_scenes): its words say so too
+        self._scene_model = self.trained_on == "synthetic" or scene_vocabulary(self.vocab.itos)
         self._noted_synthetic = False
         self.domain = domain_for(self.trained_on or zoo_data(self.path))  # None: no domain notices
         self._domain_check: DomainCheck | None = None
@@ -297,7 +299,7 @@ class Captioner:
 
     def _synthetic_note(self) -> str | None:
         """The note that a synthetic-scene model captions a user's photo, once per model."""
-        if self.trained_on == "synthetic" and not self._noted_synthetic:
+        if self._scene_model and not self._noted_synthetic:
             self._noted_synthetic = True
             return synthetic_note(self.path)
         return None

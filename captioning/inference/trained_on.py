@@ -25,7 +25,8 @@ def synthetic_words() -> frozenset[str]:
 
 def trained_data(meta: dict[str, Any]) -> str | None:
     """The data config (``captioning/conf/data/<name>.yaml``) a checkpoint's plain-data entry says it was
-    trained on: its provenance's ``data`` (every training checkpoint records it; an export keeps it); else
+    trained on: its provenance's ``data`` (what ``captioning-train`` and ``captioning.train`` record; an export
+    keeps it); else
     ``"synthetic"`` for a vocabulary of nothing but synthetic-scene words (a checkpoint from before the
     record; a model of the user's own data that only shares some of those words is not one); else None."""
     provenance = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else {}

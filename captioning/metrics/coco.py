@@ -1,6 +1,6 @@
 """MS-COCO caption metrics (BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, SPICE) through pycocoevalcap.
 
-All scores are on the toolkit's 0-1 scale (papers usually print them x100). ``evaluate_results`` with
+All scores are on the toolkit's scale (0-1; CIDEr-D 0-10; papers usually print them x100). ``evaluate_results`` with
 ``tokenizer="ptb"`` reproduces the official coco-caption demo; ``score_captions`` with
 ``tokenizer="simple"`` is the fast, Java-free path used for validation during training.
 """
@@ -169,7 +169,7 @@ SPICE = TextMetric(names=("SPICE",), compute=_spice, unavailable=_spice_missing,
 def compute_scores(gts: Refs, res: Refs, metrics: Sequence[str]) -> tuple[dict[str, float], dict[str, str]]:
     """Score tokenised captions (``res`` values are one-element lists, as in pycocoevalcap).
 
-    Returns ``(scores, skipped)``: scores on the 0-1 scale in registry order (``TEXT_METRICS``), and
+    Returns ``(scores, skipped)``: scores on the toolkit's scale (0-1; CIDEr-D 0-10) in registry order (``TEXT_METRICS``), and
     ``metric -> reason`` for the metrics of external tools that could not be computed here.
     """
     registered = tuple(TEXT_METRICS)  # read now: a metric registered after import counts
@@ -221,7 +221,7 @@ def score_captions(
     metrics: Sequence[str] = ("Bleu_4", "CIDEr"),
     tokenizer: str = "simple",
 ) -> dict[str, float]:
-    """Corpus-level caption metrics on the 0-1 scale, ``{metric: score}`` in :data:`METRICS` order.
+    """Corpus-level caption metrics on the toolkit's scale (0-1; CIDEr-D 0-10), ``{metric: score}`` in :data:`METRICS` order.
 
     ``references`` maps image id -> reference captions, ``hypotheses`` image id -> one generated
     caption; both must have the same ids. Metrics that cannot run here (SPICE without CoreNLP, Java
@@ -236,7 +236,7 @@ def score_captions(
 
 @dataclass
 class EvalReport:
-    """Result of :func:`evaluate_results`; every score is on the 0-1 scale."""
+    """Result of :func:`evaluate_results`; every score is on the toolkit's scale (0-1; CIDEr-D 0-10)."""
 
     scores: dict[str, float]
     skipped: dict[str, str]  # metric -> why it was not computed

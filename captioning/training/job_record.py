@@ -142,7 +142,7 @@ def earlier_run_kept(output_dir: str | Path) -> Iterator[None]:
     as that run had them: Hydra wrote this command's there before the run started, so the folder described
     a model its checkpoints are not, and lost the overrides the refusal asks to give again. The earlier
     files come from the record in its ``run.json`` (written at every validation); the refusal says so."""
-    from captioning.errors import is_user_error
+    from captioning.errors import is_user_error, reported
     from captioning.training.resume import read_summary
 
     record = read_summary(output_dir).get("job")
@@ -152,9 +152,10 @@ def earlier_run_kept(output_dir: str | Path) -> Iterator[None]:
         restored = restore_hydra_files(output_dir, record) if is_user_error(err) else []
         if restored:
             said = f"the folder's .hydra/ files were written back from its run.json ({', '.join(restored)})"
-            if len(err.args) == 1 and isinstance(err.args[0], str):  # the refusal's one line says it
-                err.args = (f"{err.args[0]}; {said}",)
-            else:
+            shown = reported(err)  # what the one-line report prints (a Hydra wrapper's cause)
+            if type(shown).__str__ is BaseException.__str__ and [type(a) for a in shown.args] == [str]:
+                shown.args = (f"{shown.args[0]}; {said}",)  # the refusal's one line says it
+            else:  # an error whose text is not its one argument (OSError's errno, OmegaConf's key)
                 print(f"{output_dir}: {said}", file=sys.stderr)
         raise
 

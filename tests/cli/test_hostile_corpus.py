@@ -18,6 +18,7 @@ from PIL import Image
 
 from captioning.checkpoints.format import CHECKPOINT_KEY
 from captioning.cli.main import main as captioning_main
+from captioning.inference.trained_on import synthetic_note
 
 from support.corpus import write_bad_images
 from support.hostile import (
@@ -86,7 +87,10 @@ def test_a_broken_checkpoint_is_one_line_and_exit_2_in_every_command(
 def test_the_good_checkpoint_of_the_corpus_captions(good_checkpoint: Path, photo: Path, capsys) -> None:
     assert captioning_main(["caption", str(photo), "--checkpoint", str(good_checkpoint)]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith(f"{photo}\t") and error_lines(err) == []
+    assert out.startswith(f"{photo}\t")
+    assert error_lines(err) == [
+        f"captioning caption: note: {synthetic_note(good_checkpoint)}"
+    ]  # a scene model
 
 
 # ------------------------------------------------------------------- images beside good images

@@ -319,3 +319,12 @@ def test_a_fifo_among_the_images_is_not_a_regular_file_not_a_missing_one(tmp_pat
         read_flickr8k(root, "train")
     records = read_flickr8k(root, "train", on_error="skip")
     assert image not in [r.path for r in records]
+
+
+def test_the_fraction_a_refusal_suggests_is_one_the_check_allows() -> None:
+    from captioning.data.verify import _enough, apply_policy
+
+    for bad, total in ((29, 100), (57, 100), (63, 90), (29, 50), (1, 24), (1, 2), (3, 1000)):
+        fraction = float(_enough(bad, total))
+        apply_policy("train", {i: "x.jpg" for i in range(bad)}, total, "skip", fraction)  # allowed: no raise
+        assert round(fraction - 0.01, 2) * total < bad  # a hundredth less would not allow them

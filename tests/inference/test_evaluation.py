@@ -227,7 +227,8 @@ def test_evaluate_without_data_refuses_a_photo_model_instead_of_scoring_syntheti
     from support.corpus import write_checkpoint
 
     photo_words = ["dog", "runs", "through", "grass", "man", "rides", "bike", "a"]
-    checkpoint = write_checkpoint(tmp_path / "photos.ckpt", words=photo_words)
+    # a checkpoint from before checkpoints recorded their data: its words are all the evidence there is
+    checkpoint = write_checkpoint(tmp_path / "photos.ckpt", words=photo_words, recorded=False)
     assert main(["evaluate", "--checkpoint", str(checkpoint), "--out-dir", str(tmp_path / "ev")]) == 2
     err = capsys.readouterr().err
     assert f"{checkpoint}: no data= given" in err and "data=flickr8k" in err and "data=synthetic" in err
@@ -339,7 +340,7 @@ def test_asking_for_more_images_than_the_split_has_is_said(tmp_path, capsys):
             "split=val", "tokenizer=simple", "feature_cache=false"]  # fmt: skip
     out = ["--out-dir", str(tmp_path / "ev")]
     assert main([*argv, "data.val.num_images=500", *out]) == 0
-    note = "data.val.num_images=500: the split has 1 image; 1 was scored"
+    note = "data.val.num_images=500: the split has 1 image; 1 was decoded"
     assert f"captioning evaluate: note: {note}" in capsys.readouterr().err
     assert json.loads((tmp_path / "ev" / "scores.json").read_text())["notes"] == [note]
     assert main([*argv, "data.val.num_images=1", *out]) == 0  # as many as there are: nothing to say

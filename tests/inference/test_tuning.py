@@ -225,8 +225,24 @@ def test_a_setting_that_captions_nothing_is_left_out_and_the_others_are_tuned(
     payload = json.loads(out.read_text())
     assert [r["options"]["num_beams"] for r in payload["rows"]] == [1]
     assert payload["best"]["options"]["num_beams"] == load_checkpoint(ckpt).decoding["num_beams"] == 1
-    (left_out,) = [line for line in capsys.readouterr().err.splitlines() if "left out" in line]
+    captured = capsys.readouterr()
+    (left_out,) = [line for line in captured.err.splitlines() if "left out" in line]
     assert "'num_beams': 2" in left_out and "left out: im0.png and the 3 other images" in left_out
+    assert [entry["options"]["num_beams"] for entry in payload["left_out"]] == [2]
+    assert "was left out" not in captured.out
+    # now the stored setting (beam 1, as --write stored it) is the one that captions nothing: the held-out
+    # gains are measured against another, and that is said
+    stored = {
+        k: load_checkpoint(ckpt).decoding[k] for k in ("num_beams", "length_penalty", "no_repeat_ngram_size")
+    }
+    assert stored == {"num_beams": 1, "length_penalty": 0.0, "no_repeat_ngram_size": 0}
+    monkeypatch.setattr(split_decoding, "decode_source", lambda loaded, source, decoding, *a, **k: (
+        (_ for _ in ()).throw(EmptyCaptions("im0.png", "m.ckpt")) if decoding["num_beams"] == 1
+        else real(loaded, source, decoding, *a, **k)))  # fmt: skip
+    assert main([*argv, "data.val.num_images=8", "feature_cache=false"]) == 0
+    out = capsys.readouterr().out
+    assert f"the stored setting {stored} was left out: held-out gains are against" in out
+    assert json.loads((tmp_path / "tuning.json").read_text())["baseline"]["num_beams"] == 2
 
 
 def test_tune_cli_refuses_a_bad_grid_value_in_one_line(tmp_path: Path, capsys) -> None:

@@ -18,7 +18,7 @@ from captioning.data.vocab import SPECIALS, Vocab
 from captioning.training.build import build_model
 from captioning.training.lit_module import CaptionLitModule
 
-from support import TINY, compose_train
+from support import TINY
 
 RED, BLUE, WHITE = (255, 0, 0), (0, 0, 255), (255, 255, 255)
 BAD_IMAGE_NAMES = (
@@ -102,11 +102,16 @@ def write_bad_images(folder: Path) -> dict[str, tuple[Path, str]]:
     return out
 
 
-def build_module(words: list[str], extra: list[str] | None = None) -> CaptionLitModule:
-    """A freshly initialised CaptionLitModule from the composed TINY config, built as in captioning.training.train."""
-    cfg = compose_train([*TINY, *(extra or [])])
+def build_module(words: list[str], extra: list[str] | None = None, recorded: bool = True) -> CaptionLitModule:
+    """A freshly initialised CaptionLitModule from the composed TINY config, built as in captioning.training.train
+    (which records the data config it trains on: evaluate's default data=)."""
+    from captioning.compose import compose_config
+
+    cfg, choices = compose_config("train", [*TINY, *(extra or [])])
     torch.manual_seed(0)
-    return build_model(cfg.model, Vocab([*SPECIALS, *words]))
+    module = build_model(cfg.model, Vocab([*SPECIALS, *words]))
+    module.trained_on = choices["data"] if recorded else None  # recorded=False: a checkpoint from before
+    return module
 
 
 def checkpoint_dict(module: CaptionLitModule) -> dict:
@@ -116,10 +121,12 @@ def checkpoint_dict(module: CaptionLitModule) -> dict:
     return checkpoint
 
 
-def write_checkpoint(path: Path, words: list[str] | None = None, extra: list[str] | None = None) -> Path:
+def write_checkpoint(
+    path: Path, words: list[str] | None = None, extra: list[str] | None = None, recorded: bool = True
+) -> Path:
     words = words if words is not None else ["a", "red", "circle", "square", "left", "of"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint_dict(build_module(words, extra)), path)
+    torch.save(checkpoint_dict(build_module(words, extra, recorded)), path)
     return path
 
 
