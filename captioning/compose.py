@@ -111,7 +111,10 @@ def unknown_key_message(
         available = option.group(4).split("Config search path")[0].split()  # Hydra lists its path after
         close = difflib.get_close_matches(name, available, 1, 0.6)
         hint = f"; did you mean {group}={close[0]}?" if close else ""
-        return f"{group}={name}: no such option{hint} (options: {', '.join(available)})"
+        # not on the command line: a config's defaults list chose it (an experiment's `override /model/decoder:`)
+        typed = any(o.lstrip("+~").replace(" ", "") == f"{group}={name}" for o in overrides)
+        where = "" if typed else " (chosen in a config file's defaults list, not on the command line)"
+        return f"{group}={name}{where}: no such option{hint} (options: {', '.join(available)})"
     match = re.search(r"Could not override '([^']+)'", str(err))
     if not match:
         return None

@@ -39,8 +39,11 @@ def test_an_unknown_key_beside_flags_names_the_nearest_key(argv, tmp_path, monke
          ["--config-name", "mine", "my_batch_factr=4"], "my_batch_factr: no such config key; did you mean my_batch_factor?"),
         ({"mine.yaml": "defaults:\n  - train\n  - _self_\n"},
          ["--config-name", "mine", "zzz_qqq=4"], "see `captioning-train --config-dir CONF --config-name mine --cfg job` for the keys"),
+        ({"experiment/mine.yaml": "# @package _global_\ndefaults:\n  - override /model/decoder: sofft\n"},
+         ["experiment=mine"], "model/decoder=sofft (chosen in a config file's defaults list, not on the command line): "
+         "no such option; did you mean model/decoder=soft?"),
     ],
-    ids=["a group option of the user's", "the user's own config", "no key close"],
+    ids=["a group option of the user's", "the user's own config", "no key close", "an option its experiment misspells"],
 )  # fmt: skip
 def test_a_misspelt_key_of_a_users_config_dir_names_its_nearest_key(
     files, argv, fragment, tmp_path, monkeypatch, capsys
