@@ -28,8 +28,11 @@ class Caption:
 NON_FINITE = "the network's scores are not finite (NaN/inf): the checkpoint's weights are broken"
 ALL_EMPTY = (
     "every caption of the batch is empty (the network ends each one before its first word): its weights are "
-    "broken or untrained, or this decoding prefers the empty caption (a length penalty below 1 favours short "
-    "captions; try --num-beams 1 or --length-penalty 1)"
+    "broken or untrained"
+)
+SHORT_BEAM = (
+    ", or this beam search prefers the empty caption (length_penalty={lp} ranks by {what}; try length_penalty=1 "
+    "or num_beams=1, the flags --length-penalty / --num-beams)"
 )
 
 
@@ -53,8 +56,14 @@ class EmptyCaptions(BrokenOutput):
     """A batch in which every caption is empty: weights (e.g. huge finite ones) that emit <end> at once, or an
     undertrained network whose beam ranks ``<end>`` first when the length penalty does not favour length."""
 
-    def __init__(self, name: str, checkpoint: object = None):
-        super().__init__(name, ALL_EMPTY, checkpoint)
+    def __init__(self, name: str, checkpoint: object = None, config: GenerationConfig | None = None):
+        reason = ALL_EMPTY
+        if (
+            config is not None and config.num_beams > 1 and config.length_penalty < 1
+        ):  # short captions favoured
+            what = "total log-probability" if config.length_penalty == 0 else "a length-discounted score"
+            reason += SHORT_BEAM.format(lp=config.length_penalty, what=what)
+        super().__init__(name, reason, checkpoint)
 
 
 def check_finite(decoded: list[Caption], name: str, checkpoint: object = None) -> None:
@@ -67,11 +76,13 @@ def check_finite(decoded: list[Caption], name: str, checkpoint: object = None) -
         raise NonFiniteScores(name, checkpoint)
 
 
-def check_not_all_empty(decoded: list[Caption], name: str, checkpoint: object = None) -> None:
+def check_not_all_empty(
+    decoded: list[Caption], name: str, checkpoint: object = None, config: GenerationConfig | None = None
+) -> None:
     """Raise :class:`EmptyCaptions` when every caption of a batch ``decoded`` is empty: one image may
     rightly get no words, a whole batch of them is a broken network captioning nothing."""
     if decoded and not any(c.words for c in decoded):
-        raise EmptyCaptions(name, checkpoint)
+        raise EmptyCaptions(name, checkpoint, config)
 
 
 @torch.no_grad()

@@ -120,7 +120,7 @@ class BatchDecoder:
         for name, captions in zip(names, per_image):
             check_finite(captions, name, self.checkpoint)
         check_not_all_empty(
-            [c for captions in per_image for c in captions], batch_label(names), self.checkpoint
+            [c for captions in per_image for c in captions], batch_label(names), self.checkpoint, config
         )
         return per_image
 

@@ -144,12 +144,22 @@ def test_a_broken_network_fails_the_same_way_on_every_path(
     source, paths = scenes
     broken = mutated(checkpoint, tmp_path / "broken.ckpt", mutation)
     with pytest.raises(error) as from_api:
-        Captioner.from_checkpoint(broken).caption(paths, batch_size=BATCH)
+        Captioner.from_checkpoint(broken).caption(paths, batch_size=BATCH, num_beams=2)
     with pytest.raises(error) as from_split:
         decode_source(load_checkpoint(broken), source, {"num_beams": 2}, batch_size=BATCH)
     assert from_api.value.reason == from_split.value.reason and reason in from_api.value.reason
     assert str(broken) in from_api.value.reason
-    assert main(["caption", *map(str, paths), "--checkpoint", str(broken), "--batch-size", str(BATCH)]) == 2
+    argv = [
+        "caption",
+        *map(str, paths),
+        "--checkpoint",
+        str(broken),
+        "--batch-size",
+        str(BATCH),
+        "--num-beams",
+        "2",
+    ]
+    assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == ""
     for path in paths:  # every image of every broken batch named, with the same reason
@@ -197,3 +207,20 @@ def test_the_bank_encodes_through_the_same_decoder(checkpoint, scenes, monkeypat
     )  # one batch
     assert torch.allclose(bank.vectors, reference.vectors, atol=1e-6)
     assert bank.captions == reference.captions
+
+
+def test_an_empty_batch_names_the_beam_search_that_favours_short_captions():
+    from captioning.decoding.config import GenerationConfig
+
+    short = EmptyCaptions("a.png", "m.ckpt", GenerationConfig(num_beams=3, length_penalty=0.0))
+    assert (
+        "length_penalty=0.0 ranks by total log-probability; try length_penalty=1 or num_beams=1"
+        in short.reason
+    )
+    greedy, normalised = (
+        GenerationConfig(num_beams=1, length_penalty=0.0),
+        GenerationConfig(num_beams=3, length_penalty=1.0),
+    )
+    for config in (greedy, normalised, None):
+        plain = EmptyCaptions("a.png", "m.ckpt", config)  # greedy, or lp 1: only the weights are left
+        assert plain.reason.endswith("its weights are broken or untrained (m.ckpt)"), plain.reason
