@@ -252,9 +252,8 @@ def run(args: argparse.Namespace) -> int:
         for _, name, reason in batch.failures:
             err(f"{_printable(name)}: {reason}")
         failures["images"] += len(batch.failures)
-        if (
-            batch.broken is not None
-        ):  # broken weights (NaN scores), or nothing but empty captions: read, uncaptioned
+        # broken weights (NaN scores), or nothing but empty captions: the images were read, not captioned
+        if batch.broken is not None:
             for name in batch.names:
                 err(f"{_printable(name)}: {batch.broken.reason}")
             failures["uncaptioned"] += len(batch.names)
