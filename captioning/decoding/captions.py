@@ -58,9 +58,8 @@ class EmptyCaptions(BrokenOutput):
 
     def __init__(self, name: str, checkpoint: object = None, config: GenerationConfig | None = None):
         reason = ALL_EMPTY
-        if (
-            config is not None and config.num_beams > 1 and config.length_penalty < 1
-        ):  # short captions favoured
+        # a beam whose length penalty is below 1 favours short captions: the empty one may win honestly
+        if config is not None and config.num_beams > 1 and config.length_penalty < 1:
             what = "total log-probability" if config.length_penalty == 0 else "a length-discounted score"
             reason += SHORT_BEAM.format(lp=config.length_penalty, what=what)
         super().__init__(name, reason, checkpoint)

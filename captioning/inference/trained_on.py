@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 
+@cache  # fixed by the scene grammar; read by every Captioner and evaluation
 def synthetic_words() -> frozenset[str]:
     """Every word a synthetic scene's reference caption can use (``captioning.data.synthetic``)."""
     from captioning.data.synthetic import COLORS, POSITIONS, SHAPES, SIZES, SceneObject, scene_captions
@@ -25,10 +27,10 @@ def synthetic_words() -> frozenset[str]:
 
 def trained_data(meta: dict[str, Any]) -> str | None:
     """The data config (``captioning/conf/data/<name>.yaml``) a checkpoint's plain-data entry says it was
-    trained on: its provenance's ``data`` (what ``captioning-train`` and ``captioning.train`` record; an export
-    keeps it); else
-    ``"synthetic"`` for a vocabulary of nothing but synthetic-scene words (a checkpoint from before the
-    record; a model of the user's own data that only shares some of those words is not one); else None."""
+    trained on: its provenance's ``data`` (what ``captioning-train`` and ``captioning.train`` record; an
+    export keeps it); else ``"synthetic"`` for a vocabulary of nothing but synthetic-scene words
+    (:func:`scene_vocabulary`: a checkpoint from before the record; a model of the user's own data that only
+    shares some of those words is not one); else None."""
     provenance = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else {}
     recorded = provenance.get("data")
     if isinstance(recorded, dict):  # a recorded config group choice or config with its name
@@ -39,9 +41,7 @@ def trained_data(meta: dict[str, Any]) -> str | None:
     itos = vocab.get("itos") if isinstance(vocab, dict) else None
     if not isinstance(itos, list):
         return None
-    words = [w for w in itos if isinstance(w, str) and not (w.startswith("<") and w.endswith(">"))]
-    known = synthetic_words()
-    return "synthetic" if words and all(w in known for w in words) else None
+    return "synthetic" if scene_vocabulary(itos) else None
 
 
 def synthetic_note(path: object) -> str:
@@ -54,5 +54,7 @@ def synthetic_note(path: object) -> str:
 
 def scene_vocabulary(itos: list[str]) -> bool:
     """Whether a vocabulary holds nothing but synthetic-scene words (a scene model, whatever its data
-    config was called)."""
-    return trained_data({"vocab": {"itos": list(itos)}}) == "synthetic"
+    config was called); the special tokens (``<pad>`` ...) do not count."""
+    words = [w for w in itos if isinstance(w, str) and not (w.startswith("<") and w.endswith(">"))]
+    known = synthetic_words()
+    return bool(words) and all(w in known for w in words)
