@@ -8,4 +8,4 @@ registry is complete before anything can read it. A new part's module is importe
 
 from captioning.models import caption_model, encoders  # noqa: F401 - each import registers its classes
 from captioning.models.attention import dot, gumbel, multihead, reinforce, soft  # noqa: F401
-from captioning.models.decoders import lstm, transformer  # noqa: F401
+from captioning.models.decoders import lstm, top_down, transformer  # noqa: F401

@@ -24,6 +24,19 @@ from captioning.models.recurrent_linear import recurrent_linear
 from captioning.models.registry import register
 
 
+def grid_mean(features: Tensor, mask: Tensor) -> Tensor:
+    """(B, D) mean of the valid locations of ``features`` (B, L, D) under ``mask`` (B, L): one read."""
+    m = mask.to(features.dtype).unsqueeze(1)  # (B, 1, L)
+    return (m @ features).squeeze(1) / m.sum(-1).clamp_min(1.0)  # (B, D)
+
+
+def lstm_cell(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """The LSTM update (eq. 1-3) from the pre-activations (B, 4H), gate order i, f, g, o: (h_t, c_t)."""
+    i, f, g, o = gates.chunk(4, dim=-1)  # each (B, H)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
 @register
 class LSTMDecoder(Decoder):
     static_keys = ("features", "keys", "mask")
@@ -49,30 +62,9 @@ class LSTMDecoder(Decoder):
         paper; 0 = off): it pulls each α_t towards few cells, so the cell a word is read from is also the
         attention's peak (what an overlay shows and the grounding metric scores)."""
         super().__init__()
-        # The attention and the LSTM read each location as [a_i; PE(row_i, col_i)]: a CNN's features are
-        # (nearly) translation-equivariant, so a context Σ α_i a_i says *what* was attended but hardly
-        # *where*, and words like "left" / "top" then have nothing to go on. The code is fixed (2-D
-        # sinusoids, no parameters), so the grid needs no gradient: a learned code added to a_i made
-        # backward materialise a (B, L, D) gradient at every step (~30% of a training step).
-        self.position_dim = position_dim
-        grid_dim = feature_dim + position_dim  # D' = D + P, what the attention layer sees per location
-        if not isinstance(attention, nn.Module):
-            attention = attention(feature_dim=grid_dim, query_dim=hidden_dim)
-        if attention.feature_dim != grid_dim or attention.query_dim != hidden_dim:
-            raise ValueError(
-                f"attention layer expects features of {attention.feature_dim} and queries of "
-                f"{attention.query_dim}, but the decoder gives it feature_dim + position_dim = {feature_dim} + "
-                f"{position_dim} = {grid_dim} and hidden_dim={hidden_dim}"
-            )
-        self.attention = attention
-        if alpha_c < 0:
-            raise ValueError(f"LSTMDecoder: alpha_c={alpha_c} must be >= 0 (the weight of eq. 14)")
-        self.alpha_c = alpha_c
-        if entropy_c < 0:
-            raise ValueError(f"LSTMDecoder: entropy_c={entropy_c} must be >= 0 (the weight of a penalty)")
-        self.entropy_c = entropy_c
-        self.vocab_size, self.feature_dim, self.grid_dim = vocab_size, feature_dim, grid_dim
-        self.embed_dim, self.hidden_dim = embed_dim, hidden_dim
+        self._attach_attention(attention, feature_dim, hidden_dim, position_dim, alpha_c, entropy_c)
+        grid_dim = self.grid_dim
+        self.vocab_size, self.embed_dim, self.hidden_dim = vocab_size, embed_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         self.init_h = nn.Linear(grid_dim, hidden_dim)
         self.init_c = nn.Linear(grid_dim, hidden_dim)
@@ -88,6 +80,43 @@ class LSTMDecoder(Decoder):
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(embed_dim, vocab_size)  # L_o
 
+    def _attach_attention(
+        self,
+        attention: AttentionLayer | Callable[..., AttentionLayer],
+        feature_dim: int,
+        query_dim: int,
+        position_dim: int,
+        alpha_c: float,
+        entropy_c: float,
+    ) -> None:
+        """The attention layer (built here from a factory, checked if given), the position code's width and
+        the two attention regularisers: what every recurrent decoder over [a_i; PE_i] shares."""
+        # The attention and the LSTM read each location as [a_i; PE(row_i, col_i)]: a CNN's features are
+        # (nearly) translation-equivariant, so a context Σ α_i a_i says *what* was attended but hardly
+        # *where*, and words like "left" / "top" then have nothing to go on. The code is fixed (2-D
+        # sinusoids, no parameters), so the grid needs no gradient: a learned code added to a_i made
+        # backward materialise a (B, L, D) gradient at every step (~30% of a training step).
+        self.position_dim = position_dim
+        grid_dim = feature_dim + position_dim  # D' = D + P, what the attention layer sees per location
+        if not isinstance(attention, nn.Module):
+            attention = attention(feature_dim=grid_dim, query_dim=query_dim)
+        if attention.feature_dim != grid_dim or attention.query_dim != query_dim:
+            raise ValueError(
+                f"attention layer expects features of {attention.feature_dim} and queries of "
+                f"{attention.query_dim}, but the decoder gives it feature_dim + position_dim = {feature_dim} + "
+                f"{position_dim} = {grid_dim} and queries of {query_dim}"
+            )
+        self.attention = attention
+        if alpha_c < 0:
+            raise ValueError(f"{type(self).__name__}: alpha_c={alpha_c} must be >= 0 (the weight of eq. 14)")
+        self.alpha_c = alpha_c
+        if entropy_c < 0:
+            raise ValueError(
+                f"{type(self).__name__}: entropy_c={entropy_c} must be >= 0 (the weight of a penalty)"
+            )
+        self.entropy_c = entropy_c
+        self.feature_dim, self.grid_dim = feature_dim, grid_dim
+
     def with_positions(self, features: Tensor) -> Tensor:
         """[a_i; PE(row_i, col_i)] for the square grid: (B, L, D) -> (B, L, D + P); identity if P = 0."""
         if not self.position_dim:
@@ -100,8 +129,7 @@ class LSTMDecoder(Decoder):
     def init_state(self, features: Tensor, mask: Tensor | None = None) -> State:
         features = self.with_positions(features)  # (B, L, D')
         mask = as_state_mask(mask, features)  # (B, L)
-        m = mask.to(features.dtype).unsqueeze(1)  # (B, 1, L)
-        mean = (m @ features).squeeze(1) / m.sum(-1).clamp_min(1.0)  # (B, D') over valid locations, one read
+        mean = grid_mean(features, mask)  # (B, D')
         return {
             "h": torch.tanh(self.init_h(mean)),  # (B, H)
             "c": torch.tanh(self.init_c(mean)),  # (B, H)
@@ -110,22 +138,25 @@ class LSTMDecoder(Decoder):
             "mask": mask,
         }
 
+    def recurrent_maps(self) -> tuple[Callable[[Tensor], Tensor], ...]:
+        """The per-step linear maps of training's unrolled loop, each weight's gradient one GEMM after the
+        loop (``recurrent_linear``); ``_advance`` uses them in place of its layers."""
+        return (recurrent_linear(self.gates_rec.weight),)
+
     def _advance(
-        self, emb_gates: Tensor, state: State, gates_rec: Callable[[Tensor], Tensor] | None = None
+        self, emb_gates: Tensor, state: State, recurrent: tuple[Callable[[Tensor], Tensor], ...] = ()
     ) -> tuple[Tensor, AttentionOutput, State]:
         """One LSTM step given the embedding's gate contribution (B, 4H); returns β_t ẑ_t (B, D').
 
-        ``gates_rec`` replaces ``self.gates_rec`` in training (its weight gradient deferred to one GEMM).
+        ``recurrent``: ``recurrent_maps()`` in training, in place of ``self.gates_rec``; empty: the layer.
         """
         h, c = state["h"], state["c"]
         att = self.attention(h, state["features"], state["keys"], state["mask"])
         z = att.context  # (B, D')
         if self.gate is not None:
             z = torch.sigmoid(self.gate(h)) * z  # β_t ẑ_t, §4.2.1
-        gates = emb_gates + (gates_rec or self.gates_rec)(torch.cat([z, h], dim=-1))  # (B, 4H)
-        i, f, g, o = gates.chunk(4, dim=-1)  # each (B, H)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
+        gates_rec = recurrent[0] if recurrent else self.gates_rec
+        h, c = lstm_cell(emb_gates + gates_rec(torch.cat([z, h], dim=-1)), c)  # (B, 4H) -> (B, H) each
         return z, att, {**state, "h": h, "c": c}
 
     def deep_output(self, emb: Tensor, h: Tensor, z: Tensor) -> Tensor:
@@ -155,12 +186,12 @@ class LSTMDecoder(Decoder):
         state = self.init_state(features, mask)
         emb = self.embedding(tokens)  # (B, T, E)
         emb_gates = self.gates_emb(emb).unbind(1)  # T × (B, 4H): one matmul for all steps
-        gates_rec = recurrent_linear(self.gates_rec.weight)  # its weight gradient: one GEMM after the loop
+        recurrent = self.recurrent_maps()  # their weight gradients: one GEMM each after the loop
         hs, zs, weights, alphas, log_probs, entropies, values = [], [], [], [], [], [], []
         record = self.training and self.attention.needs_cell_rewards  # the states step t started from
         h0, cells_before = state["h"], [state["c"]]  # h_{t-1} is h0 then hs; only c needs keeping
         for t in range(tokens.shape[1]):
-            z, att, state = self._advance(emb_gates[t], state, gates_rec)
+            z, att, state = self._advance(emb_gates[t], state, recurrent)
             if record:
                 cells_before.append(state["c"])
             hs.append(state["h"])
