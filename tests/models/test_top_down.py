@@ -6,11 +6,13 @@ import pytest
 import torch
 from torch import nn
 
+from captioning.losses import caption_loss
 from captioning.models.attention.soft import AdditiveAttention
 from captioning.models.decoders.base import shift_inputs
 from captioning.models.decoders.top_down import TopDownDecoder
 
-from support.helpers import build_net, random_batch
+from support import ATTENTIONS
+from support.helpers import assert_step_matches_forward, build_net, random_batch
 
 V = 12
 
@@ -83,3 +85,22 @@ def test_a_layer_of_other_sizes_is_refused_naming_both():
     layer = AdditiveAttention(feature_dim=12, query_dim=32, attention_dim=8)
     with pytest.raises(ValueError, match=r"queries of 32.*queries of 16"):
         TopDownDecoder(layer, vocab_size=V, feature_dim=8, hidden_dim=16, position_dim=4)
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_every_attention_layer_trains_and_steps_in_the_top_down_decoder(attention):
+    """Each option of model/decoder/attention is passed in: finite gradients reach every weight of both
+    LSTMs, and in eval mode init_state/step reproduce teacher forcing (what beam search relies on)."""
+    net = build_net("top_down", V, extra=[f"model/decoder/attention={attention}"])
+    features, tokens = random_batch(net, batch=3, steps=6, vocab_size=V)
+    inputs, targets = shift_inputs(tokens)
+    net.train()
+    out = net.decoder(features, inputs)
+    terms = caption_loss(out, targets, net.decoder)
+    terms.loss.backward()
+    for name in ("gates_emb.weight", "gates_mean.weight", "gates_rec.weight", "lang_rec.weight", "lang_bias"):
+        grad = net.decoder.get_parameter(name).grad
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name
+    net.eval()
+    with torch.no_grad():
+        assert_step_matches_forward(net.decoder, features, inputs, net.decoder(features, inputs))
