@@ -29,6 +29,7 @@ from captioning.training.build import build_model  # noqa: E402
 from captioning.training.callbacks.progress_lines import bar_on  # noqa: E402
 from captioning.training.ctrl_c import ctrl_c_stops  # noqa: E402
 from captioning.training.resume import last_checkpoint_path  # noqa: E402
+from captioning.training.run_log import console_copied_to_run_log  # noqa: E402
 from captioning.training.startup import instantiate, instantiate_dict  # noqa: E402
 from captioning.training.validate import check_config  # noqa: E402
 
@@ -138,6 +139,13 @@ def _raised_by_lightning(err: BaseException) -> bool:
 
 @hydra.main(config_path=CONFIG_DIR, config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    with console_copied_to_run_log(enabled=is_global_zero()):  # <run>/train.log: what the run printed
+        run(cfg)
+
+
+def run(cfg: DictConfig) -> None:
+    """``train(cfg)``, its outcome said as the command line says it: a stop or a user's mistake in one line
+    with its exit status, else the best checkpoint."""
     try:
         best = train(cfg)
     except StoppedBySignal as err:

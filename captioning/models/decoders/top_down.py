@@ -63,7 +63,7 @@ class TopDownDecoder(LSTMDecoder):
             )
         grid_dim = self.grid_dim
         self.vocab_size, self.embed_dim, self.hidden_dim = vocab_size, embed_dim, hidden_dim
-        self.gate = None  # no β_t: LSTMDecoder.forward and the overlays read it
+        self.gate = None  # no gating scalar β_t (an attribute LSTMDecoder's methods read)
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         # LSTM¹'s input split by how often it changes: E y_{t-1} for all steps in one matmul (with the
         # bias), ā once per image, [h²_{t-1}; h¹_{t-1}] once per step.
