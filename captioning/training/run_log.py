@@ -5,39 +5,75 @@ Hydra's job logging opens that file for the root logger, but nothing reached it:
 to the root (at import they found it without handlers, so they added their own console handler and
 stopped propagating). The file stayed empty. While a run is in progress this copies its console into the
 file: standard output and error, and the console handlers of loggers whose records never reach the root.
-A progress bar's carriage-return redraws stay on the console (the bar is on only at a terminal).
+The file gets lines as a terminal would leave them: a progress bar (on only at a terminal) as its final
+state, not its thousands of redraws, and no colour codes; a crash's traceback too.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")  # colours and cursor moves (rich's bar and summary)
+
 
 class _Copy:
-    """A text stream that writes to ``stream`` and, but for redraws, to ``file``; anything else (isatty,
-    encoding, fileno) is the stream's, so a caller sees the console it replaced."""
+    """A text stream that writes to the console ``stream`` and, while ``file`` is set, the same text as a
+    file reads it: whole lines, each as its last carriage return left it on a terminal (a progress bar's
+    redraws come down to its final state, a line printed under rich's live bar to the line), without
+    terminal escapes. Anything else (isatty, encoding, fileno) is the console's.
 
-    def __init__(self, stream: IO[str], file: IO[str]) -> None:
-        self._stream, self._file = stream, file
+    One per process and stream, kept between runs (``file`` None in between): what wraps sys.stdout
+    (W&B's console capture) wraps it once, and keeps capturing in a sweep's later jobs."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.file: IO[str] | None = None
+        self._line = ""  # the text since the last newline, for the file
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
-        if "\r" not in text:  # a bar's redraw: thousands of lines in a file, one line on a terminal
-            self._file.write(text)
-            self._file.flush()
+        if self.file is not None:
+            *lines, self._line = (self._line + text).split("\n")
+            for line in lines:
+                self.file.write(_as_on_a_terminal(line) + "\n")
+            self.file.flush()  # a SIGTERM's os._exit, a killed job: what was printed is in the file
         return written
+
+    def end_file(self) -> None:
+        """Write an unfinished last line (a bar's final state), then stop copying."""
+        if self.file is not None and _as_on_a_terminal(self._line).strip():
+            self.file.write(_as_on_a_terminal(self._line) + "\n")
+            self.file.flush()
+        self.file, self._line = None, ""
 
     def flush(self) -> None:
         self._stream.flush()
-        self._file.flush()
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+def _as_on_a_terminal(line: str) -> str:
+    return ANSI_ESCAPE.sub(
+        "", line.rstrip("\r").rsplit("\r", 1)[-1]
+    )  # "\r\n" ends a line, a lone "\r" redraws it
+
+
+def _copy_of(name: str) -> _Copy:
+    """The process's copy of ``sys.<name>``, installed the first time (again where the console under it was
+    replaced since, as pytest's capture does per test)."""
+    stream = getattr(sys, name)
+    if not isinstance(stream, _Copy):
+        stream = _Copy(stream)
+        setattr(sys, name, stream)
+    return stream
 
 
 def job_log_file() -> Path | None:
@@ -49,15 +85,15 @@ def job_log_file() -> Path | None:
     return None
 
 
-def _console_handlers_off_the_root() -> list[logging.StreamHandler]:
-    """Console handlers of loggers whose records do not reach the root's file (Lightning's)."""
+def _stream_handlers_off_the_root() -> list[logging.StreamHandler]:
+    """The stream handlers (not files) of loggers whose records do not reach the root's file (Lightning's)."""
     found = []
     for logger in logging.Logger.manager.loggerDict.values():
         if isinstance(logger, logging.Logger) and not logger.propagate:
             found += [
                 h
                 for h in logger.handlers
-                if type(h) is logging.StreamHandler and h.stream in (sys.stdout, sys.stderr)
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
             ]
     return found
 
@@ -65,21 +101,31 @@ def _console_handlers_off_the_root() -> list[logging.StreamHandler]:
 @contextmanager
 def console_copied_to_run_log(enabled: bool = True) -> Iterator[Path | None]:
     """Within the block, the console is also appended to the run's log file (yielded; None: no file, or
-    ``enabled`` false, as on every process but the job's first, which would repeat its lines)."""
+    ``enabled`` false, as on every process but the job's first, which would repeat its lines). An exception
+    leaving the block is written to the file with its traceback (Hydra prints it to the console after the
+    run has returned)."""
     path = job_log_file() if enabled else None
     if path is None:
         yield None
         return
-    with path.open("a", encoding="utf-8") as file:
-        out, err = _Copy(sys.stdout, file), _Copy(sys.stderr, file)
-        handlers = [(h, h.stream) for h in _console_handlers_off_the_root()]
+    # backslashreplace, as the console's stderr: a path that is not UTF-8 must not fail the run's report
+    with path.open("a", encoding="utf-8", errors="backslashreplace") as file:
+        out, err = _copy_of("stdout"), _copy_of("stderr")
+        consoles = {
+            id(out._stream): out,
+            id(err._stream): err,
+        }  # a handler made before the copies holds these
+        handlers = [(h, h.stream) for h in _stream_handlers_off_the_root() if id(h.stream) in consoles]
         for handler, stream in handlers:
-            handler.setStream(out if stream is sys.stdout else err)
-        saved = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = out, err
+            handler.setStream(consoles[id(stream)])
+        out.file = err.file = file
         try:
             yield path
+        except Exception:
+            file.write(traceback.format_exc())
+            raise
         finally:
-            sys.stdout, sys.stderr = saved
+            out.end_file()
+            err.end_file()
             for handler, stream in handlers:
                 handler.setStream(stream)

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from captioning.losses import caption_loss
+from captioning.models.attention.reinforce import ReinforceHardAttention
 from captioning.models.attention.soft import AdditiveAttention
 from captioning.models.decoders.base import shift_inputs
 from captioning.models.decoders.top_down import TopDownDecoder
@@ -74,10 +75,13 @@ def test_the_image_mean_counts_only_valid_locations():
     torch.testing.assert_close(state["mean_gates"], dec.gates_mean(grid[:, :6].mean(1)))
 
 
-def test_attention_layers_whose_credit_reruns_the_xu_step_are_refused_in_one_line():
-    layer = AdditiveAttention(feature_dim=8 + 4, query_dim=16, attention_dim=8)
-    layer.needs_cell_rewards = True  # as ReinforceHardAttention(credit="exact_step") declares
-    with pytest.raises(ValueError, match=r"TopDownDecoder: attention AdditiveAttention rescores cells"):
+@pytest.mark.parametrize("training", [True, False])
+def test_attention_layers_whose_credit_reruns_the_xu_step_are_refused_in_one_line(training):
+    """In either mode: the layer asks for cell rewards only in sampled training batches, but its credit
+    would ask for them once trained."""
+    layer = ReinforceHardAttention(feature_dim=8 + 4, query_dim=16, attention_dim=8, credit="exact_step")
+    layer.train(training)
+    with pytest.raises(ValueError, match=r"TopDownDecoder: attention ReinforceHardAttention rescores cells"):
         TopDownDecoder(layer, vocab_size=V, feature_dim=8, hidden_dim=16, position_dim=4)
 
 

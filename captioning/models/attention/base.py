@@ -62,6 +62,8 @@ class AttentionLayer(nn.Module):
     # ``auxiliary_loss`` as ``cells`` (REINFORCE with credit="exact_step"); the decoder computes them for
     # the cells ``cells_to_rescore`` names.
     needs_cell_rewards: bool = False
+    # Whether its credit asks for those at all (in any mode): a decoder that cannot rerun a step refuses it.
+    rescores_cells: bool = False
     # Its cell choice is a policy trained by the score function (REINFORCE): a sequence-level objective
     # can sample the cells (``sampling``), replay them (``replay``, which returns log α_{t, s_t}) and
     # credit them with the caption's reward (SCST's ``location_policy``).

@@ -192,8 +192,12 @@ class ReinforceHardAttention(HardAttention):
         return self.num_samples
 
     @property
+    def rescores_cells(self) -> bool:
+        return self.credit == "exact_step"
+
+    @property
     def needs_cell_rewards(self) -> bool:  # only sampled training batches run an estimator
-        return self.credit == "exact_step" and self.training and self.sample_this_batch
+        return self.rescores_cells and self.training and self.sample_this_batch
 
     def cells_to_rescore(self, alphas: Tensor, chosen: Tensor) -> Tensor:
         """(B, T, C) cells whose word-t likelihood the decoder computes for ``credit="exact_step"``: the

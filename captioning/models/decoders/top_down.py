@@ -49,16 +49,16 @@ class TopDownDecoder(LSTMDecoder):
     ):
         """Arguments as ``LSTMDecoder``'s; ``hidden_dim`` H is the width of both LSTMs. No gating scalar β
         (not in the top-down model). Attention layers that rescore every cell by rerunning a step
-        (``needs_cell_rewards``: REINFORCE's ``credit=exact_step``) are refused: that rerun is the
+        (``rescores_cells``: REINFORCE's ``credit=exact_step``) are refused: that rerun is the
         Show, Attend and Tell cell's (``LSTMDecoder.cell_log_likelihoods``)."""
         # LSTMDecoder.__init__ is skipped on purpose: its layers are the one-LSTM cell's. What the two
         # decoders share (attention, position code, regularisers) is attached by the same method.
         Decoder.__init__(self)
         self._attach_attention(attention, feature_dim, hidden_dim, position_dim, alpha_c, entropy_c)
-        if self.attention.needs_cell_rewards:
+        if self.attention.rescores_cells:
             raise ValueError(
                 f"TopDownDecoder: attention {type(self.attention).__name__} rescores cells by rerunning the "
-                "Show, Attend and Tell step (needs_cell_rewards); use it with model/decoder=hard_reinforce, "
+                "Show, Attend and Tell step (rescores_cells); use it with model/decoder=hard_reinforce, "
                 "or another credit"
             )
         grid_dim = self.grid_dim
