@@ -17,17 +17,22 @@ import sys
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")  # colours and cursor moves (rich's bar and summary)
+# What a terminal does with a console's text, as far as a log of lines needs it: line ends, carriage
+# returns, erasing the line (ESC[2K), moving up a line (ESC[nA, rich's redraw of a bar over several lines),
+# and other escapes (colours), which change nothing in the text.
+TERMINAL = re.compile(r"(\r\n|\n)|(\r)|(\x1b\[2K)|\x1b\[(\d*)A|\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 class _Copy:
     """A text stream that writes to the console ``stream`` and, while ``file`` is set, the same text as a
-    file reads it: whole lines, each as its last carriage return left it on a terminal (a progress bar's
-    redraws come down to its final state, a line printed under rich's live bar to the line), without
-    terminal escapes. Anything else (isatty, encoding, fileno) is the console's.
+    terminal leaves it, line by line: a line redrawn after a carriage return is written as last drawn, a
+    progress bar over several lines (redrawn by moving up) as its final frame, colour codes removed.
+    Lines are written as they end, except the lines a bar redraws, held until they are final (in a piped
+    run there are none). Anything else (isatty, encoding, fileno) is the console's.
 
     One per process and stream, kept between runs (``file`` None in between): what wraps sys.stdout
     (W&B's console capture) wraps it once, and keeps capturing in a sweep's later jobs."""
@@ -35,35 +40,59 @@ class _Copy:
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
         self.file: IO[str] | None = None
-        self._line = ""  # the text since the last newline, for the file
+        self._line = ""  # the line being drawn
+        self._held: list[str] = []  # ended lines a redraw may still move up into
+        self._redrawn = 0  # the most lines one write moved up: the height of a bar drawn over lines
+        self._returned = False  # a carriage return ended the text so far: what comes next draws over it
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
         if self.file is not None:
-            *lines, self._line = (self._line + text).split("\n")
-            for line in lines:
-                self.file.write(_as_on_a_terminal(line) + "\n")
+            self._draw(text)
+            while len(self._held) > self._redrawn:
+                self.file.write(self._held.pop(0) + "\n")
             self.file.flush()  # a SIGTERM's os._exit, a killed job: what was printed is in the file
         return written
 
+    def _draw(self, text: str) -> None:
+        up_in_this_write, at = 0, 0
+        for match in TERMINAL.finditer(text):
+            self._put(text[at : match.start()])
+            at = match.end()
+            newline, carriage_return, erase, up = match.groups()
+            if newline:  # the line stands as drawn ("line\r" then "\n" too)
+                self._held.append(self._line)
+                self._line, self._returned = "", False
+            elif carriage_return:
+                self._returned = True
+            elif erase:
+                self._line = ""
+            elif up is not None:  # the cursor moves up into lines already ended: they are drawn again
+                n = int(up or 1)
+                del self._held[max(len(self._held) - n, 0) :]
+                self._line, self._returned = "", False
+                up_in_this_write += n
+        self._put(text[at:])
+        self._redrawn = max(self._redrawn, up_in_this_write)
+
+    def _put(self, text: str) -> None:
+        if text:
+            self._line = text if self._returned else self._line + text  # drawn over from the line's start
+            self._returned = False
+
     def end_file(self) -> None:
-        """Write an unfinished last line (a bar's final state), then stop copying."""
-        if self.file is not None and _as_on_a_terminal(self._line).strip():
-            self.file.write(_as_on_a_terminal(self._line) + "\n")
+        """Write the held lines and an unfinished last line (a bar's final state), then stop copying."""
+        if self.file is not None:
+            for line in [*self._held, *([self._line] if self._line.strip() else [])]:
+                self.file.write(line + "\n")
             self.file.flush()
-        self.file, self._line = None, ""
+        self.file, self._line, self._held, self._redrawn, self._returned = None, "", [], 0, False
 
     def flush(self) -> None:
         self._stream.flush()
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
-
-
-def _as_on_a_terminal(line: str) -> str:
-    return ANSI_ESCAPE.sub(
-        "", line.rstrip("\r").rsplit("\r", 1)[-1]
-    )  # "\r\n" ends a line, a lone "\r" redraws it
 
 
 def _copy_of(name: str) -> _Copy:
@@ -109,7 +138,11 @@ def console_copied_to_run_log(enabled: bool = True) -> Iterator[Path | None]:
         yield None
         return
     # backslashreplace, as the console's stderr: a path that is not UTF-8 must not fail the run's report
+    again = path.is_file() and path.stat().st_size > 0  # a resume, or a start refused in a run's folder
     with path.open("a", encoding="utf-8", errors="backslashreplace") as file:
+        if again:
+            now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            file.write(f"--- {now}: captioning-train started again in this folder ---\n")
         out, err = _copy_of("stdout"), _copy_of("stderr")
         consoles = {
             id(out._stream): out,

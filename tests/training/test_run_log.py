@@ -31,6 +31,23 @@ def test_the_run_folders_log_holds_every_line_the_run_printed(tmp_path):
     assert "`Trainer.fit` stopped: `max_steps=2` reached." in logged  # Lightning's own logger
 
 
+def test_a_second_start_in_the_folder_is_marked_in_its_log(tmp_path):
+    """A resume (or a start refused there) appends to the run's log: a line says where it begins."""
+    first = run_tiny(tmp_path / "run")
+    again = run_tiny(tmp_path / "run", "trainer.max_steps=4", "ckpt_path=last")
+    assert first.returncode == again.returncode == 0, again.stderr
+    logged = (tmp_path / "run" / "train.log").read_text().splitlines()
+    marks = [
+        i
+        for i, line in enumerate(logged)
+        if line.endswith(": captioning-train started again in this folder ---")
+    ]
+    assert len(marks) == 1 and logged[marks[0] - 1].startswith("best checkpoint: ")
+    assert logged[-1].startswith("best checkpoint: ") and "`max_steps=4` reached" in "\n".join(
+        logged[marks[0] :]
+    )
+
+
 def test_without_hydras_job_log_no_file_is_written(tmp_path):
     done = run_tiny(tmp_path / "run", "hydra/job_logging=none")
     assert done.returncode == 0, done.stderr
@@ -86,6 +103,31 @@ def test_the_file_gets_lines_as_a_terminal_leaves_them(run_file, monkeypatch):
         and "after the run" in console.getvalue()
     )
     assert errors.getvalue() == "from a logger that does not propagate\n"
+
+
+def test_a_bar_redrawn_over_several_lines_leaves_its_last_frame(run_file, monkeypatch):
+    """rich redraws a bar that wraps by moving the cursor up (ESC[1A) and erasing: its frames must not pile
+    up in the file (2-3 lines a step at a terminal's width). Only the first frame can get out before a
+    redraw shows the bar's height."""
+    console, _ = consoles(monkeypatch)
+    up = "\r\x1b[2K\x1b[1A\x1b[2K"  # rich's cursor positioning before a redraw of a two-line bar
+    with run_log.console_copied_to_run_log():
+        print("starting")
+        sys.stdout.write("Epoch 0 1/9\nloss a")
+        for step in range(2, 9):
+            sys.stdout.write(f"{up}Epoch 0 {step}/9\nloss {step}")
+        sys.stdout.write(f"{up}printed under the bar\nEpoch 0 9/9\nloss 9")  # a print while the bar shows
+        sys.stdout.write("\n")  # the bar ends
+        print("best checkpoint: last.ckpt")
+    lines = run_file.read_text().splitlines()
+    assert lines[0] == "starting" and lines[-4:] == [
+        "printed under the bar",
+        "Epoch 0 9/9",
+        "loss 9",
+        "best checkpoint: last.ckpt",
+    ]
+    assert len(lines) <= 6 and not any(line.startswith("loss ") and line != "loss 9" for line in lines[2:])
+    assert console.getvalue().count("Epoch 0") == 9  # the console gets every frame
 
 
 def test_a_crash_leaves_its_traceback_in_the_file(run_file, monkeypatch):

@@ -58,8 +58,8 @@ class TopDownDecoder(LSTMDecoder):
         if self.attention.rescores_cells:
             raise ValueError(
                 f"TopDownDecoder: attention {type(self.attention).__name__} rescores cells by rerunning the "
-                "Show, Attend and Tell step (rescores_cells); use it with model/decoder=hard_reinforce, "
-                "or another credit"
+                "Show, Attend and Tell step (REINFORCE's credit=exact_step), a step this decoder does not have; "
+                "use model.decoder.attention.credit=remaining (or caption), or model/decoder=hard_reinforce"
             )
         grid_dim = self.grid_dim
         self.vocab_size, self.embed_dim, self.hidden_dim = vocab_size, embed_dim, hidden_dim
