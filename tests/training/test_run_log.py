@@ -25,7 +25,7 @@ def test_the_run_folders_log_holds_every_line_the_run_printed(tmp_path):
     done = run_tiny(tmp_path / "run")
     assert done.returncode == 0, done.stderr
     logged = (tmp_path / "run" / "train.log").read_text().splitlines()
-    printed = done.stdout.splitlines() + done.stderr.splitlines()
+    printed = [line.rstrip() for line in done.stdout.splitlines() + done.stderr.splitlines()]  # as padded
     assert set(printed) <= set(logged) and len(logged) == len(printed)
     assert any(line.startswith("best checkpoint: ") for line in logged)  # the project's print
     assert "`Trainer.fit` stopped: `max_steps=2` reached." in logged  # Lightning's own logger
