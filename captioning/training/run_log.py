@@ -137,17 +137,15 @@ def console_copied_to_run_log(enabled: bool = True) -> Iterator[Path | None]:
     if path is None:
         yield None
         return
-    # backslashreplace, as the console's stderr: a path that is not UTF-8 must not fail the run's report
     again = path.is_file() and path.stat().st_size > 0  # a resume, or a start refused in a run's folder
+    # backslashreplace, as the console's stderr: a path that is not UTF-8 must not fail the run's report
     with path.open("a", encoding="utf-8", errors="backslashreplace") as file:
         if again:
             now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
             file.write(f"--- {now}: captioning-train started again in this folder ---\n")
         out, err = _copy_of("stdout"), _copy_of("stderr")
-        consoles = {
-            id(out._stream): out,
-            id(err._stream): err,
-        }  # a handler made before the copies holds these
+        # a handler made before the copies (Lightning's, at import) holds the consoles themselves
+        consoles = {id(out._stream): out, id(err._stream): err}
         handlers = [(h, h.stream) for h in _stream_handlers_off_the_root() if id(h.stream) in consoles]
         for handler, stream in handlers:
             handler.setStream(consoles[id(stream)])
@@ -155,6 +153,8 @@ def console_copied_to_run_log(enabled: bool = True) -> Iterator[Path | None]:
         try:
             yield path
         except Exception:
+            out.end_file()  # what the console shows above the traceback comes first
+            err.end_file()
             file.write(traceback.format_exc())
             raise
         finally:
