@@ -81,7 +81,7 @@ def _decoder(attention) -> LSTMDecoder:
 def test_the_base_class_declares_a_deterministic_soft_layer() -> None:
     soft = AdditiveAttention(feature_dim=5, query_dim=4, attention_dim=6)
     assert (soft.stochastic, soft.samples_per_step, soft.inference_contexts) == (False, 1, ())
-    assert not soft.needs_cell_rewards and not soft.location_policy
+    assert not soft.needs_cell_rewards and not soft.rescores_cells and not soft.location_policy
     with soft.inference_context("expected"):  # nothing to switch
         pass
     for cls in (ReinforceHardAttention, GumbelHardAttention):
