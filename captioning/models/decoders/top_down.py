@@ -32,9 +32,7 @@ from captioning.models.registry import register
 
 
 @register
-class TopDownDecoder(LSTMDecoder):
-    static_keys = ("features", "keys", "mask")
-
+class TopDownDecoder(LSTMDecoder):  # static_keys are LSTMDecoder's: features, keys, mask
     def __init__(
         self,
         attention: AttentionLayer | Callable[..., AttentionLayer],
