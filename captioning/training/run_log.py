@@ -50,7 +50,7 @@ class _Copy:
         if self.file is not None:
             self._draw(text)
             while len(self._held) > self._redrawn:
-                self.file.write(self._held.pop(0).rstrip() + "\n")  # rich pads lines to the width
+                self._emit(self._held.pop(0))
             self.file.flush()  # a SIGTERM's os._exit, a killed job: what was printed is in the file
         return written
 
@@ -84,9 +84,12 @@ class _Copy:
         """Write the held lines and an unfinished last line (a bar's final state), then stop copying."""
         if self.file is not None:
             for line in [*self._held, *([self._line] if self._line.strip() else [])]:
-                self.file.write(line.rstrip() + "\n")
+                self._emit(line)
             self.file.flush()
         self.file, self._line, self._held, self._redrawn, self._returned = None, "", [], 0, False
+
+    def _emit(self, line: str) -> None:
+        self.file.write(line.rstrip() + "\n")  # without the padding rich draws lines with
 
     def flush(self) -> None:
         self._stream.flush()
